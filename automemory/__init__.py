@@ -1,0 +1,1 @@
+"""Auto memory: completed, idle tasks become project memories; new tasks start with them."""

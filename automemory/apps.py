@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class AutoMemoryConfig(AppConfig):
+    name = "automemory"
+    verbose_name = "Auto memory"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,147 @@
+"""Auto memory's own tables: per-user settings, per-task flags and the extraction log."""
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from controlplane.models import IdentityMemory, Task
+
+MAX_IDLE_SECONDS = 30 * 24 * 3600
+MAX_DURATION_SECONDS = 7 * 24 * 3600
+MAX_RESULT_CHARS = 1_000_000
+
+
+class AutoMemorySettings(models.Model):
+    """A user's auto memory switches and gates. A user without a row has the defaults."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="auto_memory_settings"
+    )
+    generate_memories = models.BooleanField(default=False)
+    use_memories = models.BooleanField(default=False)
+    disable_on_external_context = models.BooleanField(default=True)
+    min_rate_limit_remaining_percent = models.PositiveSmallIntegerField(
+        default=20, validators=[MinValueValidator(0), MaxValueValidator(100)]
+    )
+    idle_seconds = models.PositiveIntegerField(
+        default=900, validators=[MinValueValidator(0), MaxValueValidator(MAX_IDLE_SECONDS)]
+    )
+    min_duration_seconds = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(0), MaxValueValidator(MAX_DURATION_SECONDS)]
+    )
+    min_result_chars = models.PositiveIntegerField(
+        default=200, validators=[MinValueValidator(0), MaxValueValidator(MAX_RESULT_CHARS)]
+    )
+    extract_model = models.CharField(max_length=200, null=True, blank=True)
+    consolidation_model = models.CharField(max_length=200, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "auto memory settings"
+        verbose_name_plural = "auto memory settings"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(min_rate_limit_remaining_percent__gte=0)
+                & Q(min_rate_limit_remaining_percent__lte=100),
+                name="automemory_settings_percent_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(idle_seconds__gte=0) & Q(idle_seconds__lte=MAX_IDLE_SECONDS),
+                name="automemory_settings_idle_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_duration_seconds__gte=0)
+                & Q(min_duration_seconds__lte=MAX_DURATION_SECONDS),
+                name="automemory_settings_duration_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_result_chars__gte=0) & Q(min_result_chars__lte=MAX_RESULT_CHARS),
+                name="automemory_settings_chars_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"auto memory settings of {self.user}"
+
+
+class TaskAutoMemoryFlags(models.Model):
+    """Per-task overrides; NULL follows the user's setting. Kept apart from the tasks table."""
+
+    task = models.OneToOneField(
+        Task, primary_key=True, on_delete=models.CASCADE, related_name="auto_memory_flags"
+    )
+    use_memories = models.BooleanField(null=True, blank=True)
+    generate_memories = models.BooleanField(null=True, blank=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "task auto memory flags"
+        verbose_name_plural = "task auto memory flags"
+
+    def __str__(self) -> str:
+        return f"auto memory flags of task {self.task_id}"
+
+
+class Outcome(models.TextChoices):
+    EXTRACTED = "extracted", "Extracted"
+    SKIPPED = "skipped", "Skipped"
+    ERROR = "error", "Error"
+
+
+class Reason(models.TextChoices):
+    GENERATE_DISABLED = "generate_disabled", "Generate switch off"
+    NOT_IDLE = "not_idle", "Not idle long enough"
+    MISSING_TIMESTAMPS = "missing_timestamps", "Missing started_at or finished_at"
+    DURATION_TOO_SHORT = "duration_too_short", "Run too short"
+    RESULT_TOO_SHORT = "result_too_short", "Result too short"
+    EXTERNAL_CONTEXT = "external_context", "Saw external context"
+    QUOTA_LOW = "quota_low", "Monthly quota low"
+    QUOTA_CHECK_FAILED = "quota_check_failed", "Quota could not be read"
+    NEW = "new", "New memory"
+    SUPERSEDED = "superseded", "Superseded an older memory"
+    ERROR = "error", "Unexpected error"
+
+
+class AutoMemoryLog(models.Model):
+    """The latest extraction attempt for one task: one row per task, overwritten each time."""
+
+    task = models.OneToOneField(
+        Task, primary_key=True, on_delete=models.CASCADE, related_name="auto_memory_log"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="auto_memory_logs"
+    )
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    reason = models.CharField(max_length=32, choices=Reason.choices)
+    memory = models.ForeignKey(
+        IdentityMemory, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    forced = models.BooleanField(default=False)
+    attempts = models.PositiveIntegerField(default=1)
+    # Redacted detail (an error's message, the numbers behind a skip).
+    detail = models.TextField(blank=True, default="")
+    first_attempt_at = models.DateTimeField()
+    last_attempt_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-last_attempt_at", "-task_id"]
+        indexes = [
+            models.Index(fields=["user", "-last_attempt_at"], name="amlog_user_recent_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(outcome__in=[o.value for o in Outcome]), name="amlog_outcome_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(reason__in=[r.value for r in Reason]), name="amlog_reason_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id}: {self.outcome} ({self.reason})"

@@ -1,0 +1,374 @@
+"""The host control plane: projects, memberships, tasks, messages, quotas, memories, audit."""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+# Roles that hold the `create_task` permission (queue, continue, message, manage memories).
+CREATE_TASK_ROLES = frozenset({Role.OWNER, Role.MEMBER})
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="created_projects"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="membership_unique_user"),
+            models.CheckConstraint(
+                condition=Q(role__in=[r.value for r in Role]), name="membership_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} ({self.role})"
+
+
+class TaskStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    INTERRUPTED = "interrupted", "Interrupted"
+    MERGED = "merged", "Merged"
+
+
+TERMINAL_STATUSES = frozenset(
+    {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.INTERRUPTED, TaskStatus.MERGED}
+)
+
+
+class TaskKind(models.TextChoices):
+    STANDARD = "standard", "Standard"
+    COORDINATOR = "coordinator", "Coordinator"
+
+
+class Task(models.Model):
+    """A coding-agent task. `prompt` and `goal` are stored as the user sent them, never edited."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tasks"
+    )
+    prompt = models.TextField()
+    goal = models.TextField(null=True, blank=True)
+    kind = models.CharField(max_length=16, choices=TaskKind.choices, default=TaskKind.STANDARD)
+    parent_task = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="subtasks"
+    )
+    status = models.CharField(
+        max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED, db_index=False
+    )
+    turn = models.PositiveIntegerField(default=1)
+    # The prompt of the latest continuation (turn > 1); the executor runs it for that turn.
+    continuation_prompt = models.TextField(blank=True, default="")
+    # True while the queued turn is a checkpoint resume of a turn whose worker went away.
+    is_resume = models.BooleanField(default=False)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result_text = models.TextField(blank=True, default="")
+    # Why the last turn failed (quota refused, executor error, ...); empty when it did not.
+    failure_reason = models.TextField(blank=True, default="")
+    cost_usd = models.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        default=Decimal("0"),
+        validators=[MinValueValidator(Decimal("0"))],
+    )
+    executor = models.CharField(max_length=32, blank=True, default="")
+    thread_id = models.CharField(max_length=200, blank=True, default="")
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Memories whose text was prepended to the first turn's in-memory prompt.
+    injected_memory_ids = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # The worker claims the oldest queued task.
+            models.Index(
+                fields=["queued_at", "id"],
+                name="task_queue_idx",
+                condition=Q(status="queued"),
+            ),
+            # Recovery looks for running tasks with a stale heartbeat.
+            models.Index(
+                fields=["heartbeat_at"], name="task_running_hb_idx", condition=Q(status="running")
+            ),
+            # The memory sweep scans completed tasks by finish time.
+            models.Index(fields=["status", "finished_at"], name="task_status_finished_idx"),
+            models.Index(fields=["project", "id"], name="task_project_idx"),
+            models.Index(fields=["user", "created_at"], name="task_user_created_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(turn__gte=1), name="task_turn_positive"),
+            models.CheckConstraint(condition=Q(cost_usd__gte=0), name="task_cost_non_negative"),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in TaskStatus]), name="task_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=[k.value for k in TaskKind]), name="task_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.pk} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class TaskFollowup(models.Model):
+    """An inter-task message delivered to `task`; a task that received one had external context."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="followups")
+    from_task = models.ForeignKey(
+        Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="sent_followups"
+    )
+    message = models.TextField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "task_followups"
+        ordering = ["id"]
+        indexes = [models.Index(fields=["task"], name="followup_task_idx")]
+
+    def __str__(self) -> str:
+        return f"message to task {self.task_id}"
+
+
+class TaskEvent(models.Model):
+    """Something an executor reported during a turn (an MCP tool call, a web search, ...)."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    turn = models.PositiveIntegerField()
+    kind = models.CharField(max_length=64)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["task", "kind"], name="taskevent_task_kind_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on task {self.task_id}"
+
+
+class Quota(models.Model):
+    """A user's monthly USD limit. No row: the default limit; `monthly_limit_usd` NULL: unlimited."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="quota"
+    )
+    monthly_limit_usd = models.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0"))],
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "quotas"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(monthly_limit_usd__isnull=True) | Q(monthly_limit_usd__gte=0),
+                name="quota_limit_non_negative",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"quota of {self.user}"
+
+
+class MemoryScope(models.TextChoices):
+    USER = "user", "User"
+    PROJECT = "project", "Project"
+
+
+class MemorySource(models.TextChoices):
+    MANUAL = "manual", "Manual"
+    AUTO = "auto", "Auto"
+
+
+class MemoryStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    SUPERSEDED = "superseded", "Superseded"
+
+
+class IdentityMemory(models.Model):
+    """A remembered fact about a user (scope user) or a project (scope project).
+
+    User-level memories are written only by hand. Auto memories are project-level, come from
+    one task each (`source_task`, exposed as `source_thread_id`) and carry `goal_key`, the
+    hash of their normalised goal line, so that one goal keeps one active memory.
+    """
+
+    scope = models.CharField(max_length=16, choices=MemoryScope.choices)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="identity_memories",
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="memories"
+    )
+    content = models.TextField()
+    source = models.CharField(
+        max_length=16, choices=MemorySource.choices, default=MemorySource.MANUAL
+    )
+    source_task = models.ForeignKey(
+        Task,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="auto_memories",
+        db_column="source_thread_id",
+    )
+    goal_key = models.CharField(max_length=64, blank=True, default="")
+    # When the source task finished: the later finish wins when two tasks share a goal.
+    source_finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=MemoryStatus.choices, default=MemoryStatus.ACTIVE
+    )
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="created_memories",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "identity_memories"
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "identity memories"
+        indexes = [
+            # Injection: newest active memories of a user / of a project.
+            models.Index(
+                fields=["user", "-created_at", "-id"],
+                name="memory_user_active_idx",
+                condition=Q(scope="user", status="active"),
+            ),
+            models.Index(
+                fields=["project", "-created_at", "-id"],
+                name="memory_project_active_idx",
+                condition=Q(scope="project", status="active"),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(scope="user", user__isnull=False, project__isnull=True)
+                    | Q(scope="project", project__isnull=False)
+                ),
+                name="memory_scope_owner",
+            ),
+            # Auto extraction never writes user-level memories.
+            models.CheckConstraint(
+                condition=~Q(source="auto") | Q(scope="project", source_task__isnull=False),
+                name="memory_auto_is_project_level",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in MemoryStatus]),
+                name="memory_status_valid",
+            ),
+            # One auto memory per source task.
+            models.UniqueConstraint(
+                fields=["source_task"],
+                condition=Q(source="auto"),
+                name="memory_one_auto_per_task",
+            ),
+            # At most one active auto memory per (project, goal).
+            models.UniqueConstraint(
+                fields=["project", "goal_key"],
+                condition=Q(source="auto", status="active"),
+                name="memory_one_active_auto_per_goal",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} memory {self.pk}"
+
+
+class AuditEvent(models.Model):
+    """An append-only record of something that happened (never updated or deleted by the app)."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="audit_events",
+    )
+    # Who acted when it was not a user, e.g. "worker:host-1234".
+    actor_label = models.CharField(max_length=200, blank=True, default="")
+    action = models.CharField(max_length=100)
+    target_type = models.CharField(max_length=50, blank=True, default="")
+    target_id = models.CharField(max_length=64, blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "audit_log"
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["target_type", "target_id"], name="audit_target_idx"),
+            models.Index(fields=["action", "created_at"], name="audit_action_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} on {self.target_type} {self.target_id}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not self._state.adding:
+            raise PermissionError("Audit events are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("Audit events are append-only.")

@@ -1,0 +1,176 @@
+"""Settings for the control plane, read from the environment (django-environ).
+
+Every value can be set by an environment variable or a `.env` file beside `manage.py`.
+`DATABASE_URL` defaults to a SQLite file under `var/` in the checkout.
+"""
+
+from decimal import Decimal
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEVELOPMENT_SECRET_KEY = "dev-insecure-0f3c1f2e-change-me-in-production"
+
+DEBUG = env.bool("DEBUG", default=True)
+SECRET_KEY = env.str("SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
+if not DEBUG and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
+    raise ImproperlyConfigured("Set SECRET_KEY: the development key must not run with DEBUG=False.")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "controlplane",
+    "automemory",
+    "worker",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "controlplane.wsgi.application"
+
+VAR_DIR.mkdir(exist_ok=True)
+DATABASES = {
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'controlplane.sqlite3'}"),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A server and several workers share one file: WAL lets readers run beside a writer,
+    # IMMEDIATE transactions take the write lock up front instead of failing on upgrade,
+    # and the busy timeout makes a writer wait for the lock instead of erroring at once.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": env.int("SQLITE_BUSY_TIMEOUT_SECONDS", default=30),
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+
+# Request bodies larger than this are refused with 400 before they are parsed.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": env.int("API_PAGE_SIZE", default=50),
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "controlplane.api.exceptions.api_exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Control plane API",
+    "DESCRIPTION": "Coding-agent tasks in projects, with auto memory.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Host control plane -------------------------------------------------------------------
+# Monthly USD limit for users without a quota row (a row with a NULL limit is unlimited).
+CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD = Decimal(
+    env.str("CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD", default="10")
+)
+
+# --- Worker ---------------------------------------------------------------------------------
+WORKER_EXECUTOR = env.str("WORKER_EXECUTOR", default="echo")
+WORKER_COMMAND = env.str("WORKER_COMMAND", default="")
+WORKER_COMMAND_TIMEOUT_SECONDS = env.float("WORKER_COMMAND_TIMEOUT_SECONDS", default=600)
+WORKER_POLL_INTERVAL_SECONDS = env.float("WORKER_POLL_INTERVAL_SECONDS", default=2.0)
+WORKER_HEARTBEAT_SECONDS = env.float("WORKER_HEARTBEAT_SECONDS", default=10.0)
+# A running task whose heartbeat is older than this is re-queued as a checkpoint resume.
+WORKER_STALE_AFTER_SECONDS = env.float("WORKER_STALE_AFTER_SECONDS", default=60.0)
+WORKER_CODEX_BINARY = env.str("WORKER_CODEX_BINARY", default="codex")
+WORKER_CODEX_WORKDIR = env.str("WORKER_CODEX_WORKDIR", default=str(VAR_DIR / "codex-work"))
+WORKER_CODEX_SANDBOX = env.str("WORKER_CODEX_SANDBOX", default="workspace-write")
+WORKER_CODEX_MODEL = env.str("WORKER_CODEX_MODEL", default="")
+WORKER_CODEX_TIMEOUT_SECONDS = env.float("WORKER_CODEX_TIMEOUT_SECONDS", default=1800)
+
+# --- Auto memory (app defaults live in automemory/conf.py; override with AUTOMEMORY_*) -------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+    },
+}
