@@ -192,7 +192,7 @@ class TaskEvent(models.Model):
 
 
 class Quota(models.Model):
-    """A user's monthly USD limit. No row: the default limit; `monthly_limit_usd` NULL: unlimited."""
+    """A monthly USD limit. No row: the default limit; a NULL `monthly_limit_usd`: unlimited."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="quota"

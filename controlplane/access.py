@@ -1,0 +1,122 @@
+"""Who may see and do what: the one place that scopes projects, tasks and memories to a user.
+
+Non-members get 404 (the object does not exist for them); members without the needed
+permission get 403. Staff have no special rights over projects.
+"""
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from rest_framework.exceptions import NotFound, PermissionDenied
+
+from controlplane.models import (
+    CREATE_TASK_ROLES,
+    IdentityMemory,
+    Membership,
+    MemoryScope,
+    Project,
+    Task,
+)
+
+READ = "read"
+CREATE_TASK = "create_task"
+MANAGE_MEMBERS = "manage_members"
+
+
+def _role_allows(role: str | None, action: str) -> bool:
+    if role is None:
+        return False
+    if action == READ:
+        return True
+    if action == CREATE_TASK:
+        return role in CREATE_TASK_ROLES
+    if action == MANAGE_MEMBERS:
+        return role == "owner"
+    raise ValueError(f"unknown action {action!r}")
+
+
+def project_role(*, user, project_id: int) -> str | None:
+    """The user's role in the project, or None for a non-member."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    return (
+        Membership.objects.filter(project_id=project_id, user=user)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def projects_visible_to(user) -> QuerySet[Project]:
+    """Projects the user is a member of (any role)."""
+    if not getattr(user, "is_authenticated", False):
+        return Project.objects.none()
+    return Project.objects.filter(
+        Exists(Membership.objects.filter(project=OuterRef("pk"), user=user))
+    )
+
+
+def tasks_visible_to(user) -> QuerySet[Task]:
+    """Tasks of the projects the user is a member of."""
+    if not getattr(user, "is_authenticated", False):
+        return Task.objects.none()
+    return Task.objects.filter(
+        Exists(Membership.objects.filter(project=OuterRef("project_id"), user=user))
+    )
+
+
+def memories_visible_to(user) -> QuerySet[IdentityMemory]:
+    """The user's own user-level memories and the memories of their projects."""
+    if not getattr(user, "is_authenticated", False):
+        return IdentityMemory.objects.none()
+    return IdentityMemory.objects.filter(
+        Q(scope=MemoryScope.USER, user=user)
+        | Q(
+            Exists(Membership.objects.filter(project=OuterRef("project_id"), user=user)),
+            scope=MemoryScope.PROJECT,
+        )
+    )
+
+
+def _check(role: str | None, action: str, what: str) -> None:
+    if role is None:
+        raise NotFound(f"{what} not found.")
+    if not _role_allows(role, action):
+        raise PermissionDenied(f"Your role ({role}) does not allow {action} on this project.")
+
+
+def _parse_id(value) -> int | None:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if 0 < number < 2**63 else None
+
+
+def project_get_for(*, user, project_id, action: str = READ) -> Project:
+    """The project if the user may perform `action` on it; 404 for non-members, 403 else."""
+    pk = _parse_id(project_id)
+    project = Project.objects.filter(pk=pk).first() if pk else None
+    role = project_role(user=user, project_id=project.pk) if project else None
+    _check(role, action, "Project")
+    return project
+
+
+def task_get_for(*, user, task_id, action: str = READ) -> Task:
+    """The task if the user may perform `action` on its project; 404 for non-members, 403 else."""
+    pk = _parse_id(task_id)
+    task = Task.objects.select_related("project").filter(pk=pk).first() if pk else None
+    role = project_role(user=user, project_id=task.project_id) if task else None
+    _check(role, action, "Task")
+    return task
+
+
+def memory_get_for_delete(*, user, memory_id) -> IdentityMemory:
+    """A memory the user may forget: their own user-level one, or a project one with create_task."""
+    pk = _parse_id(memory_id)
+    memory = IdentityMemory.objects.filter(pk=pk).first() if pk else None
+    if memory is None:
+        raise NotFound("Memory not found.")
+    if memory.scope == MemoryScope.USER:
+        if memory.user_id != user.pk:
+            raise NotFound("Memory not found.")
+        return memory
+    _check(project_role(user=user, project_id=memory.project_id), CREATE_TASK, "Memory")
+    return memory

@@ -1,0 +1,72 @@
+"""One computation of a user's monthly quota, shared by the API, the worker and auto memory."""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.conf import settings
+from django.db.models import Sum
+from django.utils import timezone
+
+from controlplane.models import Quota, Task
+
+
+@dataclass(frozen=True)
+class QuotaStatus:
+    """A user's quota this month. `monthly_limit_usd` None means unlimited."""
+
+    monthly_limit_usd: Decimal | None
+    spent_usd: Decimal
+    remaining_percent: Decimal
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining_percent <= 0
+
+
+def month_start(now: datetime) -> datetime:
+    """The first instant of `now`'s calendar month in UTC."""
+    now_utc = now.astimezone(UTC)
+    return now_utc.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def next_month_start(now: datetime) -> datetime:
+    start = month_start(now)
+    if start.month == 12:
+        return start.replace(year=start.year + 1, month=1)
+    return start.replace(month=start.month + 1)
+
+
+def quota_limit_get(*, user_id: int) -> Decimal | None:
+    """The user's monthly limit: the row's value (None = unlimited), else the default."""
+    rows = list(Quota.objects.filter(user_id=user_id).values_list("monthly_limit_usd", flat=True))
+    if not rows:
+        return Decimal(settings.CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD)
+    return rows[0]
+
+
+def quota_spent_get(*, user_id: int, now: datetime | None = None) -> Decimal:
+    """Sum of the costs of the user's tasks created in the current UTC calendar month."""
+    now = now or timezone.now()
+    total = Task.objects.filter(
+        user_id=user_id,
+        created_at__gte=month_start(now),
+        created_at__lt=next_month_start(now),
+    ).aggregate(total=Sum("cost_usd"))["total"]
+    return Decimal(total or 0)
+
+
+def quota_status_get(*, user_id: int, now: datetime | None = None) -> QuotaStatus:
+    """Limit, spend and remaining percent (0 to 100, two decimals) of this month's quota."""
+    limit = quota_limit_get(user_id=user_id)
+    spent = quota_spent_get(user_id=user_id, now=now)
+    if limit is None:
+        remaining = Decimal("100")
+    elif limit <= 0:
+        remaining = Decimal("0")
+    else:
+        remaining = (Decimal(100) * (limit - spent) / limit).quantize(
+            Decimal("0.01"), rounding=ROUND_HALF_UP
+        )
+        remaining = max(Decimal("0"), min(Decimal("100"), remaining))
+    return QuotaStatus(monthly_limit_usd=limit, spent_usd=spent, remaining_percent=remaining)

@@ -1,0 +1,138 @@
+"""Shared fixtures: alice owns a project, bob is a member, vera a viewer, charlie a stranger."""
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from controlplane.models import Membership, Project, Role, Task, TaskStatus
+
+User = get_user_model()
+_counter = itertools.count(1)
+
+
+def _is_postgres() -> bool:
+    from django.db import connection
+
+    return connection.vendor == "postgresql"
+
+
+def pytest_collection_modifyitems(config, items):
+    from django.conf import settings
+
+    on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+    skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL)")
+    for item in items:
+        if "postgres" in item.keywords and not on_postgres:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def user_factory(db):
+    def make(username: str | None = None, *, is_staff: bool = False):
+        username = username or f"user{next(_counter)}"
+        return User.objects.create_user(
+            username=username, password="pw-" + username, is_staff=is_staff
+        )
+
+    return make
+
+
+@pytest.fixture
+def alice(user_factory):
+    return user_factory("alice")
+
+
+@pytest.fixture
+def bob(user_factory):
+    return user_factory("bob")
+
+
+@pytest.fixture
+def vera(user_factory):
+    return user_factory("vera")
+
+
+@pytest.fixture
+def charlie(user_factory):
+    return user_factory("charlie")
+
+
+@pytest.fixture
+def staff(user_factory):
+    return user_factory("sam", is_staff=True)
+
+
+@pytest.fixture
+def project_factory(db):
+    def make(owner, name: str | None = None, *, members=(), viewers=()):
+        project = Project.objects.create(name=name or f"project {next(_counter)}", created_by=owner)
+        Membership.objects.create(project=project, user=owner, role=Role.OWNER)
+        for user in members:
+            Membership.objects.create(project=project, user=user, role=Role.MEMBER)
+        for user in viewers:
+            Membership.objects.create(project=project, user=user, role=Role.VIEWER)
+        return project
+
+    return make
+
+
+@pytest.fixture
+def project(project_factory, alice, bob, vera):
+    return project_factory(alice, "webapp", members=[bob], viewers=[vera])
+
+
+@pytest.fixture
+def task_factory(db):
+    """Tasks in any state; `completed=True` sets plausible timestamps and a long result."""
+
+    def make(
+        project,
+        user=None,
+        *,
+        prompt="Fix the login bug",
+        status=TaskStatus.QUEUED,
+        completed=False,
+        finished_ago=timedelta(hours=1),
+        duration=timedelta(minutes=5),
+        result_text=None,
+        **fields,
+    ):
+        user = user or project.created_by
+        if completed:
+            status = TaskStatus.COMPLETED
+            finished = timezone.now() - finished_ago
+            fields.setdefault("finished_at", finished)
+            fields.setdefault("started_at", finished - duration)
+            if result_text is None:
+                result_text = "Done. " + "The fix changes the session check in auth.py. " * 10
+        task = Task.objects.create(
+            project=project,
+            user=user,
+            prompt=prompt,
+            status=status,
+            result_text=result_text or "",
+            queued_at=timezone.now(),
+            **fields,
+        )
+        return task
+
+    return make
+
+
+@pytest.fixture
+def api_client_for():
+    """An APIClient authenticated with the user's token (anonymous for None)."""
+
+    def make(user=None):
+        client = APIClient()
+        if user is not None:
+            token, _ = Token.objects.get_or_create(user=user)
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return make
