@@ -58,8 +58,37 @@ def quota_spent_get(*, user_id: int, now: datetime | None = None) -> Decimal:
 
 def quota_status_get(*, user_id: int, now: datetime | None = None) -> QuotaStatus:
     """Limit, spend and remaining percent (0 to 100, two decimals) of this month's quota."""
-    limit = quota_limit_get(user_id=user_id)
-    spent = quota_spent_get(user_id=user_id, now=now)
+    return quota_statuses_get(user_ids=[user_id], now=now)[user_id]
+
+
+def quota_statuses_get(*, user_ids, now: datetime | None = None) -> dict[int, QuotaStatus]:
+    """The quota status of many users in two queries (the batched form of `quota_status_get`)."""
+    now = now or timezone.now()
+    user_ids = list(dict.fromkeys(user_ids))
+    limits = dict(
+        Quota.objects.filter(user_id__in=user_ids).values_list("user_id", "monthly_limit_usd")
+    )
+    spent_by_user = dict(
+        Task.objects.filter(
+            user_id__in=user_ids,
+            created_at__gte=month_start(now),
+            created_at__lt=next_month_start(now),
+        )
+        .values_list("user_id")
+        .annotate(total=Sum("cost_usd"))
+        .values_list("user_id", "total")
+    )
+    default_limit = Decimal(settings.CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD)
+    return {
+        user_id: _status(
+            limits.get(user_id, default_limit),
+            Decimal(spent_by_user.get(user_id) or 0),
+        )
+        for user_id in user_ids
+    }
+
+
+def _status(limit: Decimal | None, spent: Decimal) -> QuotaStatus:
     if limit is None:
         remaining = Decimal("100")
     elif limit <= 0:
