@@ -5,10 +5,13 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from controlplane.errors import DomainError
 from controlplane.models import Quota, Task
+from controlplane.services.audit import audit_record
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ def quota_statuses_get(*, user_ids, now: datetime | None = None) -> dict[int, Qu
             created_at__gte=month_start(now),
             created_at__lt=next_month_start(now),
         )
+        .order_by()
         .values_list("user_id")
         .annotate(total=Sum("cost_usd"))
         .values_list("user_id", "total")
@@ -99,3 +103,35 @@ def _status(limit: Decimal | None, spent: Decimal) -> QuotaStatus:
         )
         remaining = max(Decimal("0"), min(Decimal("100"), remaining))
     return QuotaStatus(monthly_limit_usd=limit, spent_usd=spent, remaining_percent=remaining)
+
+
+@transaction.atomic
+def quota_set(*, actor, user, monthly_limit_usd: Decimal | None) -> Quota:
+    """Set the user's monthly limit; None means unlimited."""
+    if monthly_limit_usd is not None and monthly_limit_usd < 0:
+        raise DomainError("Ensure this value is greater than or equal to 0.", field="monthly_limit_usd")
+    quota, _ = Quota.objects.update_or_create(
+        user=user, defaults={"monthly_limit_usd": monthly_limit_usd}
+    )
+    audit_record(
+        action="quota_set",
+        actor=actor,
+        target_type="user",
+        target_id=user.pk,
+        data={"monthly_limit_usd": None if monthly_limit_usd is None else str(monthly_limit_usd)},
+    )
+    return quota
+
+
+@transaction.atomic
+def quota_reset(*, actor, user) -> bool:
+    """Drop the user's quota row (back to the default limit). Returns whether there was one."""
+    deleted, _ = Quota.objects.filter(user=user).delete()
+    audit_record(
+        action="quota_reset",
+        actor=actor,
+        target_type="user",
+        target_id=user.pk,
+        data={"had_row": bool(deleted)},
+    )
+    return bool(deleted)
