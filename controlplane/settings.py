@@ -157,6 +157,20 @@ WORKER_CODEX_WORKDIR = env.str("WORKER_CODEX_WORKDIR", default=str(VAR_DIR / "co
 WORKER_CODEX_SANDBOX = env.str("WORKER_CODEX_SANDBOX", default="workspace-write")
 WORKER_CODEX_MODEL = env.str("WORKER_CODEX_MODEL", default="")
 WORKER_CODEX_TIMEOUT_SECONDS = env.float("WORKER_CODEX_TIMEOUT_SECONDS", default=1800)
+# USD per 1M tokens by model name; "default" prices a model missing from the table. Cached
+# input tokens are part of input_tokens in codex's usage and are billed at the cached rate.
+# Override with a JSON object in WORKER_CODEX_PRICES.
+WORKER_CODEX_PRICES = env.json(
+    "WORKER_CODEX_PRICES",
+    default={
+        "default": {"input": "1.25", "cached_input": "0.125", "output": "10.00"},
+        "gpt-5": {"input": "1.25", "cached_input": "0.125", "output": "10.00"},
+        "gpt-5-codex": {"input": "1.25", "cached_input": "0.125", "output": "10.00"},
+        "gpt-5-mini": {"input": "0.25", "cached_input": "0.025", "output": "2.00"},
+    },
+)
+# A round runs at most this many tasks before the end-of-round hook (the memory sweep).
+WORKER_ROUND_MAX_TASKS = env.int("WORKER_ROUND_MAX_TASKS", default=20)
 
 # --- Auto memory (app defaults live in automemory/conf.py; override with AUTOMEMORY_*) -------
 

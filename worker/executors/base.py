@@ -1,0 +1,141 @@
+"""The executor interface: an in-memory request in, a result out.
+
+The worker builds an `ExecutionRequest` from the claimed task (after memory injection, which
+changes only this in-memory copy) and hands it to an executor with an `ExecutionControl`,
+through which the worker can stop a running subprocess from another thread or a signal handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal, Protocol
+
+logger = logging.getLogger(__name__)
+
+# How much of a failing process's stderr ends up in the task's failure reason.
+STDERR_TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class ExecutionRequest:
+    """Everything an executor needs to run one turn of a task. Never written back to the task."""
+
+    task_id: int
+    project_id: int
+    user_id: int
+    prompt: str
+    goal: str | None = None
+    turn: int = 1
+    is_resume: bool = False
+    kind: str = "standard"
+    parent_task_id: int | None = None
+    thread_id: str = ""
+    continuation_prompt: str = ""
+
+    @property
+    def text(self) -> str:
+        """What to run: a continuation's prompt, else the goal of a goal task, else the prompt."""
+        if self.turn > 1 and self.continuation_prompt:
+            return self.continuation_prompt
+        if self.goal:
+            return self.goal
+        return self.prompt
+
+
+@dataclass(frozen=True)
+class TaskEventData:
+    """Something worth keeping from a run (an MCP tool call, a web search): a TaskEvent row."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    status: Literal["completed", "failed"]
+    result_text: str = ""
+    cost_usd: Decimal = Decimal("0")
+    thread_id: str = ""
+    events: list[TaskEventData] = field(default_factory=list)
+    failure_reason: str = ""
+
+    @classmethod
+    def failed(cls, reason: str, **fields: Any) -> ExecutionResult:
+        return cls(status="failed", failure_reason=reason, **fields)
+
+
+class ExecutionControl:
+    """The worker's handle on a running execution.
+
+    An executor that starts a subprocess attaches it; `cancel()` (from a signal handler, the
+    heartbeat thread or a test) kills the subprocess's whole process group. `report_thread_id`
+    lets an executor publish an agent thread id as soon as it is known, so a checkpoint resume
+    can continue the thread even if this worker dies before the turn ends.
+    """
+
+    def __init__(self, *, on_thread_id: Callable[[str], None] | None = None) -> None:
+        self._lock = threading.RLock()
+        self._process: subprocess.Popen | None = None
+        self._on_thread_id = on_thread_id
+        self.cancelled = False
+
+    def attach(self, process: subprocess.Popen) -> None:
+        with self._lock:
+            self._process = process
+            if self.cancelled:
+                kill_process_group(process)
+
+    def detach(self) -> None:
+        with self._lock:
+            self._process = None
+
+    def cancel(self) -> None:
+        """Stop the execution now: kill its subprocess (if any). Safe to call more than once."""
+        with self._lock:
+            self.cancelled = True
+            if self._process is not None:
+                kill_process_group(self._process)
+
+    def report_thread_id(self, thread_id: str) -> None:
+        if self._on_thread_id is None or not thread_id:
+            return
+        try:
+            self._on_thread_id(thread_id)
+        except Exception:
+            logger.warning("could not record thread id %s", thread_id, exc_info=True)
+
+
+def kill_process_group(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        # Executors start their subprocess in a new session: its pid is its process group.
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+
+
+class Executor(Protocol):
+    """Runs one turn. Must not raise for an agent failure: return a failed result instead."""
+
+    name: str
+
+    def execute(
+        self, request: ExecutionRequest, *, control: ExecutionControl
+    ) -> ExecutionResult: ...
+
+
+def stderr_tail(text: str, limit: int = STDERR_TAIL_CHARS) -> str:
+    text = (text or "").strip()
+    if len(text) <= limit:
+        return text
+    return "..." + text[-limit:]

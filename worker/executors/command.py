@@ -1,0 +1,74 @@
+"""Any CLI agent: `WORKER_COMMAND` runs with the prompt on stdin; its stdout is the result."""
+
+import os
+import shlex
+import subprocess
+
+from django.conf import settings
+
+from worker.executors.base import (
+    ExecutionControl,
+    ExecutionRequest,
+    ExecutionResult,
+    kill_process_group,
+    stderr_tail,
+)
+
+
+class CommandExecutor:
+    """Runs `settings.WORKER_COMMAND` (split with shlex, no shell) once per turn.
+
+    The child gets the text to run on stdin and the task's coordinates in its environment
+    (`CONTROLPLANE_TASK_ID`, `_TURN`, `_IS_RESUME`, `_THREAD_ID`). Exit status 0: completed,
+    stdout (trailing new lines removed) is the result. Non-zero exit: failed, with the tail
+    of stderr as the reason. Past `WORKER_COMMAND_TIMEOUT_SECONDS` the process group is killed
+    and the turn fails.
+    """
+
+    name = "command"
+
+    def execute(self, request: ExecutionRequest, *, control: ExecutionControl) -> ExecutionResult:
+        command_line = settings.WORKER_COMMAND.strip()
+        if not command_line:
+            return ExecutionResult.failed("WORKER_COMMAND is not set")
+        timeout = settings.WORKER_COMMAND_TIMEOUT_SECONDS
+        env = {
+            **os.environ,
+            "CONTROLPLANE_TASK_ID": str(request.task_id),
+            "CONTROLPLANE_TASK_TURN": str(request.turn),
+            "CONTROLPLANE_TASK_IS_RESUME": "1" if request.is_resume else "0",
+            "CONTROLPLANE_TASK_THREAD_ID": request.thread_id,
+        }
+        try:
+            process = subprocess.Popen(
+                shlex.split(command_line),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return ExecutionResult.failed(f"could not start {command_line!r}: {exc}")
+        control.attach(process)
+        try:
+            try:
+                stdout, stderr = process.communicate(request.text, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                kill_process_group(process)
+                stdout, stderr = process.communicate()
+                return ExecutionResult.failed(
+                    f"timed out after {timeout:g}s; stderr: {stderr_tail(stderr)}".rstrip()
+                )
+        finally:
+            control.detach()
+        if control.cancelled:
+            return ExecutionResult.failed("cancelled by the worker")
+        if process.returncode != 0:
+            return ExecutionResult.failed(
+                f"exit status {process.returncode}: {stderr_tail(stderr)}".rstrip()
+            )
+        return ExecutionResult(status="completed", result_text=stdout.rstrip("\n"))

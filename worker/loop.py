@@ -1,0 +1,376 @@
+"""The worker loop: a plain class whose steps are methods tests call directly.
+
+A round: recover stale tasks, then claim and run tasks (at most `round_max_tasks`, until the
+queue is empty or a stop is asked), then the end-of-round hook (the auto-memory sweep). The
+loop holds no business rules: claiming, quota, finishing and recovery are services.
+
+Signals (installed by `run_worker`): the first SIGINT/SIGTERM lets the task in hand finish
+and then exits; the second kills the executor's subprocess, re-queues the task as a resume of
+the same turn and exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from automemory.services import extractor, injector
+from controlplane.models import Task
+from worker import services
+from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerAbort(BaseException):
+    """Raised by the second signal during the end-of-round hook: leave now."""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    task_id: int
+    turn: int
+    outcome: str  # completed | failed | refused | requeued | discarded
+    seconds: float
+    reason: str = ""
+
+
+@dataclass
+class RoundReport:
+    recovered: list[int] = field(default_factory=list)
+    runs: list[RunReport] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def did_work(self) -> bool:
+        return bool(self.runs or self.recovered)
+
+
+class Heartbeat:
+    """Refreshes a task's heartbeat from its own thread (and its own DB connection).
+
+    If the task is no longer ours (it was recovered after a stall), the running execution
+    is cancelled: someone else owns the task now.
+    """
+
+    def __init__(
+        self, *, task_id: int, worker_id: str, interval: float, control: ExecutionControl
+    ) -> None:
+        self.task_id = task_id
+        self.worker_id = worker_id
+        self.interval = interval
+        self.control = control
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"heartbeat-task-{task_id}", daemon=True
+        )
+
+    def __enter__(self) -> Heartbeat:
+        if self.interval > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    owned = services.task_heartbeat(task_id=self.task_id, worker_id=self.worker_id)
+                except Exception:
+                    logger.warning("heartbeat of task %s failed", self.task_id, exc_info=True)
+                    continue
+                if not owned:
+                    logger.warning(
+                        "task %s is no longer held by %s; stopping its execution",
+                        self.task_id,
+                        self.worker_id,
+                    )
+                    self.lost = True
+                    self.control.cancel()
+                    return
+        finally:
+            connection.close()  # this thread's own connection
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        executor: Executor,
+        worker_id: str | None = None,
+        poll_interval: float | None = None,
+        heartbeat_seconds: float | None = None,
+        stale_after_seconds: float | None = None,
+        round_max_tasks: int | None = None,
+    ) -> None:
+        self.executor = executor
+        self.worker_id = worker_id or services.worker_id_default()
+        self.actor_label = services.worker_actor_label(worker_id=self.worker_id)
+        self.poll_interval = _setting(poll_interval, "WORKER_POLL_INTERVAL_SECONDS")
+        self.heartbeat_seconds = _setting(heartbeat_seconds, "WORKER_HEARTBEAT_SECONDS")
+        self.stale_after = timedelta(
+            seconds=_setting(stale_after_seconds, "WORKER_STALE_AFTER_SECONDS")
+        )
+        self.round_max_tasks = int(_setting(round_max_tasks, "WORKER_ROUND_MAX_TASKS"))
+        self.stopping = False  # first signal: finish the task in hand, then leave
+        self.aborting = False  # second signal: stop the task in hand, re-queue it, leave
+        self._control: ExecutionControl | None = None
+        self._in_hook = False
+
+    # --- Entry points -------------------------------------------------------------------------
+
+    def run_forever(self) -> None:
+        """Run rounds until a signal asks to stop; sleep `poll_interval` after an idle round."""
+        self._started()
+        try:
+            while not self.stopping:
+                report = self.run_round()
+                if not report.did_work:
+                    self._sleep(self.poll_interval)
+        except WorkerAbort:
+            logger.warning("worker %s: stopped at once", self.worker_id)
+        finally:
+            self._stopped()
+
+    def run_once(self) -> RoundReport:
+        """Process every task queued when called (and nothing queued later), then one sweep."""
+        self._started()
+        try:
+            return self.run_round(queued_before=timezone.now(), max_tasks=None)
+        except WorkerAbort:
+            logger.warning("worker %s: stopped at once", self.worker_id)
+            return RoundReport()
+        finally:
+            self._stopped()
+
+    # --- Steps --------------------------------------------------------------------------------
+
+    def run_round(
+        self, *, queued_before: datetime | None = None, max_tasks: int | None = -1
+    ) -> RoundReport:
+        """Recover stale tasks, run queued tasks, run the end-of-round hook; report what ran."""
+        if max_tasks == -1:
+            max_tasks = self.round_max_tasks
+        started = time.monotonic()
+        report = RoundReport()
+        close_old_connections()
+        report.recovered = self.recover_stale()
+        services.worker_seen(worker_id=self.worker_id)
+        while not self.stopping and (max_tasks is None or len(report.runs) < max_tasks):
+            close_old_connections()
+            task = self.claim_one(queued_before=queued_before)
+            if task is None:
+                break
+            report.runs.append(self.run_one(task))
+        if not self.aborting:
+            self._in_hook = True
+            try:
+                self.end_of_round()
+            finally:
+                self._in_hook = False
+        report.seconds = time.monotonic() - started
+        if report.did_work:
+            outcomes: dict[str, int] = {}
+            for run in report.runs:
+                outcomes[run.outcome] = outcomes.get(run.outcome, 0) + 1
+            logger.info(
+                "round: %d tasks %s, %d recovered, %.2fs",
+                len(report.runs),
+                outcomes or "",
+                len(report.recovered),
+                report.seconds,
+            )
+        return report
+
+    def recover_stale(self) -> list[int]:
+        """Re-queue tasks whose worker stopped heart-beating; return their ids."""
+        return services.tasks_recover_stale(
+            stale_after=self.stale_after, actor_label=self.actor_label
+        )
+
+    def claim_one(self, *, queued_before: datetime | None = None) -> Task | None:
+        """The oldest queued task, now running under this worker; None if the queue is empty."""
+        return services.task_claim_next(
+            worker_id=self.worker_id, executor=self.executor.name, queued_before=queued_before
+        )
+
+    def run_one(self, task: Task) -> RunReport:
+        """Run one claimed task to its end (completed, failed, refused or re-queued)."""
+        started = time.monotonic()
+        outcome, reason = self._run_claimed(task)
+        seconds = time.monotonic() - started
+        logger.info(
+            "task %s turn %s%s: %s in %.2fs%s",
+            task.pk,
+            task.turn,
+            " (resume)" if task.is_resume else "",
+            outcome,
+            seconds,
+            f" ({reason[:200]})" if reason else "",
+        )
+        return RunReport(
+            task_id=task.pk, turn=task.turn, outcome=outcome, seconds=seconds, reason=reason
+        )
+
+    def end_of_round(self) -> None:
+        """Run the auto-memory sweep; its failure is logged and never stops the worker."""
+        try:
+            summary = extractor.process_auto_memories()
+        except Exception:
+            logger.exception("end-of-round memory sweep failed")
+            return
+        if getattr(summary, "extracted", 0) or getattr(summary, "superseded", 0):
+            logger.info("memory sweep: %s", summary)
+
+    def prepare(self, task: Task) -> ExecutionRequest:
+        """The in-memory request for this turn, with memories injected by the injector."""
+        request = ExecutionRequest(
+            task_id=task.pk,
+            project_id=task.project_id,
+            user_id=task.user_id,
+            prompt=task.prompt,
+            goal=task.goal,
+            turn=task.turn,
+            is_resume=task.is_resume,
+            kind=task.kind,
+            parent_task_id=task.parent_task_id,
+            thread_id=task.thread_id,
+            continuation_prompt=task.continuation_prompt,
+        )
+        try:
+            injected = injector.inject_memories(
+                task=task, prompt=task.prompt, goal=task.goal, actor_label=self.actor_label
+            )
+        except Exception as exc:
+            logger.warning(
+                "task %s: memory injection failed (%s: %s); running without memories",
+                task.pk,
+                type(exc).__name__,
+                exc,
+            )
+            return request
+        if injected.memory_ids:
+            services.task_injection_record(
+                task_id=task.pk, worker_id=self.worker_id, memory_ids=injected.memory_ids
+            )
+        return replace(request, prompt=injected.prompt, goal=injected.goal)
+
+    # --- Signals ------------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self.handle_signal)
+
+    def handle_signal(self, signum: int, frame=None) -> None:
+        name = signal.Signals(signum).name
+        if not self.stopping:
+            self.stopping = True
+            logger.warning(
+                "%s: finishing the task in hand, then exiting (send again to stop at once)", name
+            )
+            return
+        self.aborting = True
+        logger.warning("%s again: stopping at once", name)
+        control = self._control
+        if control is not None:
+            control.cancel()  # run_one sees `aborting` and re-queues the task
+        if self._in_hook:
+            raise WorkerAbort  # leave the memory sweep; it commits task by task
+
+    # --- Internals ----------------------------------------------------------------------------
+
+    def _run_claimed(self, task: Task) -> tuple[str, str]:
+        refusal = services.task_quota_refusal(task=task)
+        if refusal:
+            services.task_refuse(task_id=task.pk, worker_id=self.worker_id, reason=refusal)
+            return "refused", refusal
+        request = self.prepare(task)
+        if self.aborting:
+            self._requeue(task, reason="worker stopped at once")
+            return "requeued", ""
+        result, lost = self._execute(request)
+        if self.aborting:
+            self._requeue(task, reason="worker stopped at once")
+            return "requeued", ""
+        if lost:
+            return "discarded", "the task was recovered by another worker while it ran"
+        if not services.task_finish(task_id=task.pk, worker_id=self.worker_id, result=result):
+            return "discarded", "the task was no longer held by this worker"
+        return result.status, result.failure_reason
+
+    def _execute(self, request: ExecutionRequest) -> tuple[ExecutionResult, bool]:
+        control = ExecutionControl(
+            on_thread_id=lambda thread_id: services.task_thread_record(
+                task_id=request.task_id, worker_id=self.worker_id, thread_id=thread_id
+            )
+        )
+        self._control = control
+        try:
+            with Heartbeat(
+                task_id=request.task_id,
+                worker_id=self.worker_id,
+                interval=self.heartbeat_seconds,
+                control=control,
+            ) as heartbeat:
+                try:
+                    result = self.executor.execute(request, control=control)
+                except Exception as exc:
+                    logger.exception(
+                        "executor %s raised on task %s", self.executor.name, request.task_id
+                    )
+                    result = ExecutionResult.failed(
+                        f"executor {self.executor.name} error: {type(exc).__name__}: {exc}"
+                    )
+        finally:
+            self._control = None
+        return result, heartbeat.lost
+
+    def _requeue(self, task: Task, *, reason: str) -> None:
+        try:
+            services.task_requeue(task_id=task.pk, worker_id=self.worker_id, reason=reason)
+        except Exception:
+            logger.exception(
+                "could not re-queue task %s; it will be recovered once its heartbeat is stale",
+                task.pk,
+            )
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
+
+    def _started(self) -> None:
+        services.worker_register(worker_id=self.worker_id, executor=self.executor.name)
+        logger.info(
+            "worker %s started (executor %s, poll %.2gs)",
+            self.worker_id,
+            self.executor.name,
+            self.poll_interval,
+        )
+
+    def _stopped(self) -> None:
+        try:
+            services.worker_stopped(worker_id=self.worker_id)
+        except Exception:
+            logger.warning("could not mark worker %s stopped", self.worker_id, exc_info=True)
+        logger.info("worker %s stopped", self.worker_id)
+
+
+def _setting(value, name: str):
+    return getattr(settings, name) if value is None else value

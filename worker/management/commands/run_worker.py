@@ -1,0 +1,52 @@
+"""`manage.py run_worker`: a thin command over `worker.loop.Worker`."""
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from worker.executors import EXECUTORS, UnknownExecutor, executor_get
+from worker.loop import Worker
+
+
+class Command(BaseCommand):
+    help = (
+        "Claim queued tasks and run them with an executor. The first SIGINT/SIGTERM lets the "
+        "task in hand finish, the second re-queues it as a resume and exits at once."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Process every task queued now, run one memory sweep, exit.",
+        )
+        parser.add_argument(
+            "--executor",
+            default=None,
+            help=f"One of {', '.join(sorted(EXECUTORS))} (default: WORKER_EXECUTOR, else echo).",
+        )
+        parser.add_argument("--worker-id", default=None, help="Default: <hostname>-<pid>-<random>.")
+        parser.add_argument(
+            "--poll-interval",
+            type=float,
+            default=None,
+            help="Seconds to wait after a round that found nothing "
+            "(default: WORKER_POLL_INTERVAL_SECONDS).",
+        )
+
+    def handle(
+        self, *args, once=False, executor=None, worker_id=None, poll_interval=None, **options
+    ):
+        if poll_interval is not None and poll_interval < 0:
+            raise CommandError("--poll-interval must be >= 0")
+        try:
+            chosen = executor_get(name=executor or settings.WORKER_EXECUTOR or "echo")
+        except UnknownExecutor as exc:
+            raise CommandError(str(exc)) from None
+        worker = Worker(executor=chosen, worker_id=worker_id, poll_interval=poll_interval)
+        worker.install_signal_handlers()
+        if once:
+            worker.run_once()
+        else:
+            worker.run_forever()
+        if worker.aborting:
+            raise SystemExit(1)
