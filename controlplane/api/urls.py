@@ -1,1 +1,29 @@
-urlpatterns: list = []
+"""Host API routes: exact paths, no trailing slashes. Ids are matched as text so that a
+non-numeric or out-of-range id gets the API's JSON 404 rather than falling through."""
+
+from django.urls import path
+
+from controlplane.api import views
+
+urlpatterns = [
+    path("projects", views.ProjectListView.as_view(), name="projects"),
+    path("projects/<str:project_id>", views.ProjectDetailView.as_view(), name="project"),
+    path(
+        "projects/<str:project_id>/members",
+        views.ProjectMembersView.as_view(),
+        name="project-members",
+    ),
+    path("projects/<str:project_id>/tasks", views.ProjectTasksView.as_view(), name="project-tasks"),
+    path(
+        "projects/<str:project_id>/memories",
+        views.ProjectMemoriesView.as_view(),
+        name="project-memories",
+    ),
+    path("tasks/<str:task_id>", views.TaskDetailView.as_view(), name="task"),
+    path("tasks/<str:task_id>/continue", views.TaskContinueView.as_view(), name="task-continue"),
+    path("tasks/<str:task_id>/followups", views.TaskFollowupsView.as_view(), name="task-followups"),
+    path("users/me/memories", views.MyMemoriesView.as_view(), name="my-memories"),
+    path("users/me/quota", views.MyQuotaView.as_view(), name="my-quota"),
+    path("users/<str:username>/quota", views.UserQuotaView.as_view(), name="user-quota"),
+    path("memories/<str:memory_id>", views.MemoryDetailView.as_view(), name="memory"),
+]

@@ -109,7 +109,9 @@ def _status(limit: Decimal | None, spent: Decimal) -> QuotaStatus:
 def quota_set(*, actor, user, monthly_limit_usd: Decimal | None) -> Quota:
     """Set the user's monthly limit; None means unlimited."""
     if monthly_limit_usd is not None and monthly_limit_usd < 0:
-        raise DomainError("Ensure this value is greater than or equal to 0.", field="monthly_limit_usd")
+        raise DomainError(
+            "Ensure this value is greater than or equal to 0.", field="monthly_limit_usd"
+        )
     quota, _ = Quota.objects.update_or_create(
         user=user, defaults={"monthly_limit_usd": monthly_limit_usd}
     )

@@ -1,0 +1,125 @@
+"""Admin pages for every host model. The audit log is read-only."""
+
+from django.contrib import admin
+
+from controlplane.models import (
+    AuditEvent,
+    IdentityMemory,
+    Membership,
+    Project,
+    Quota,
+    Task,
+    TaskEvent,
+    TaskFollowup,
+)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "created_by", "created_at"]
+    search_fields = ["name", "created_by__username"]
+    autocomplete_fields = ["created_by"]
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["id", "project", "user", "role", "updated_at"]
+    list_filter = ["role"]
+    search_fields = ["project__name", "user__username"]
+    autocomplete_fields = ["project", "user"]
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "project",
+        "user",
+        "kind",
+        "status",
+        "turn",
+        "cost_usd",
+        "queued_at",
+        "finished_at",
+    ]
+    list_filter = ["status", "kind", "executor"]
+    search_fields = ["prompt", "goal", "thread_id", "worker_id"]
+    autocomplete_fields = ["project", "user", "parent_task"]
+    date_hierarchy = "created_at"
+    readonly_fields = ["created_at", "updated_at"]
+
+
+@admin.register(TaskFollowup)
+class TaskFollowupAdmin(admin.ModelAdmin):
+    list_display = ["id", "task", "from_task", "created_by", "created_at"]
+    search_fields = ["message"]
+    autocomplete_fields = ["task", "from_task", "created_by"]
+
+
+@admin.register(TaskEvent)
+class TaskEventAdmin(admin.ModelAdmin):
+    list_display = ["id", "task", "turn", "kind", "created_at"]
+    list_filter = ["kind"]
+    autocomplete_fields = ["task"]
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ["user", "monthly_limit_usd", "updated_at"]
+    search_fields = ["user__username"]
+    autocomplete_fields = ["user"]
+
+
+@admin.register(IdentityMemory)
+class IdentityMemoryAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "scope",
+        "project",
+        "user",
+        "source",
+        "status",
+        "source_task",
+        "short_content",
+        "created_at",
+    ]
+    list_filter = ["scope", "project", "source", "status"]
+    search_fields = ["content"]
+    autocomplete_fields = ["user", "project", "source_task", "superseded_by", "created_by"]
+    readonly_fields = ["created_at", "updated_at"]
+
+    @admin.display(description="content")
+    def short_content(self, memory: IdentityMemory) -> str:
+        return memory.content if len(memory.content) <= 80 else memory.content[:79] + "…"
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "created_at",
+        "action",
+        "actor",
+        "actor_label",
+        "target_type",
+        "target_id",
+    ]
+    list_filter = ["action", "target_type"]
+    search_fields = ["action", "target_id", "actor__username", "actor_label"]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

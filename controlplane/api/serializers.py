@@ -1,0 +1,245 @@
+"""Input and output shapes of the host API. No logic: services decide, serializers validate."""
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from controlplane.limits import (
+    GOAL_MAX_CHARS,
+    MEMORY_MAX_CHARS,
+    MESSAGE_MAX_CHARS,
+    PROJECT_NAME_MAX_CHARS,
+    PROMPT_MAX_CHARS,
+)
+from controlplane.models import (
+    IdentityMemory,
+    Membership,
+    MemorySource,
+    MemoryStatus,
+    Project,
+    Role,
+    Task,
+    TaskFollowup,
+    TaskKind,
+    TaskStatus,
+)
+
+MAX_ID = 2**63 - 1
+USERNAME_MAX_CHARS = get_user_model()._meta.get_field("username").max_length
+
+
+class StrictTextField(serializers.CharField):
+    """A string field that accepts only JSON strings (not numbers) and no blank text.
+
+    DRF's CharField already refuses NUL characters and lone surrogates.
+    """
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        if not self.allow_blank and not data.strip():
+            self.fail("blank")
+        return super().to_internal_value(data)
+
+
+class IdField(serializers.IntegerField):
+    """A positive database id: a JSON integer in range (not a string, float or boolean)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", MAX_ID)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+# --- Projects -------------------------------------------------------------------------------
+
+
+class ProjectCreateInput(serializers.Serializer):
+    name = StrictTextField(max_length=PROJECT_NAME_MAX_CHARS)
+
+
+class ProjectOutput(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True)
+    role = serializers.CharField(
+        source="my_role", read_only=True, help_text="The caller's role in the project."
+    )
+
+    class Meta:
+        model = Project
+        fields = ["id", "name", "created_by", "created_at", "role"]
+
+
+class MembershipInput(serializers.Serializer):
+    username = StrictTextField(max_length=USERNAME_MAX_CHARS)
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class MembershipOutput(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role", "created_at", "updated_at"]
+
+
+# --- Tasks ----------------------------------------------------------------------------------
+
+
+class TaskCreateInput(serializers.Serializer):
+    prompt = StrictTextField(max_length=PROMPT_MAX_CHARS, trim_whitespace=False)
+    goal = StrictTextField(
+        max_length=GOAL_MAX_CHARS,
+        trim_whitespace=False,
+        required=False,
+        allow_null=True,
+        help_text="A goal task: the executor runs the goal in preference to the prompt.",
+    )
+    kind = serializers.ChoiceField(choices=TaskKind.choices, default=TaskKind.STANDARD)
+    parent_task_id = IdField(
+        required=False, allow_null=True, help_text="A task of the same project."
+    )
+
+
+class TaskFilterInput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
+
+
+class TaskSummaryOutput(serializers.ModelSerializer):
+    """A task in a list: everything but the long texts, plus a one-line title."""
+
+    user = serializers.CharField(source="user.username", read_only=True)
+    title = serializers.SerializerMethodField(
+        help_text="First line of the goal (or the prompt), at most 200 characters."
+    )
+    cost_usd = serializers.DecimalField(
+        max_digits=14, decimal_places=6, coerce_to_string=False, read_only=True
+    )
+
+    class Meta:
+        model = Task
+        fields = [
+            "id",
+            "project_id",
+            "user",
+            "title",
+            "kind",
+            "parent_task_id",
+            "status",
+            "turn",
+            "cost_usd",
+            "created_at",
+            "queued_at",
+            "started_at",
+            "finished_at",
+            "updated_at",
+        ]
+
+    def get_title(self, task: Task) -> str:
+        text = (task.goal or task.prompt or "").strip()
+        return text.splitlines()[0][:200] if text else ""
+
+
+class TaskDetailOutput(TaskSummaryOutput):
+    class Meta(TaskSummaryOutput.Meta):
+        fields = [
+            *TaskSummaryOutput.Meta.fields,
+            "prompt",
+            "goal",
+            "continuation_prompt",
+            "is_resume",
+            "result_text",
+            "failure_reason",
+            "executor",
+            "thread_id",
+            "worker_id",
+            "heartbeat_at",
+            "injected_memory_ids",
+        ]
+
+
+class TaskContinueInput(serializers.Serializer):
+    prompt = StrictTextField(max_length=PROMPT_MAX_CHARS, trim_whitespace=False)
+
+
+class FollowupInput(serializers.Serializer):
+    from_task_id = IdField(
+        required=False, allow_null=True, help_text="The sending task; one you can see."
+    )
+    message = StrictTextField(max_length=MESSAGE_MAX_CHARS, trim_whitespace=False)
+
+
+class FollowupOutput(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = TaskFollowup
+        fields = ["id", "task_id", "from_task_id", "message", "created_by", "created_at"]
+
+
+# --- Memories -------------------------------------------------------------------------------
+
+
+class MemoryInput(serializers.Serializer):
+    content = StrictTextField(max_length=MEMORY_MAX_CHARS)
+
+
+class MemoryFilterInput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=MemoryStatus.choices, required=False)
+    source = serializers.ChoiceField(choices=MemorySource.choices, required=False)
+
+
+class MemoryOutput(serializers.ModelSerializer):
+    source_thread_id = serializers.IntegerField(
+        source="source_task_id",
+        read_only=True,
+        allow_null=True,
+        help_text="For an auto memory: the id of the task it was extracted from.",
+    )
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = IdentityMemory
+        fields = [
+            "id",
+            "scope",
+            "project_id",
+            "content",
+            "source",
+            "source_thread_id",
+            "status",
+            "superseded_by_id",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+
+
+# --- Quota ----------------------------------------------------------------------------------
+
+
+class QuotaOutput(serializers.Serializer):
+    monthly_limit_usd = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        coerce_to_string=False,
+        allow_null=True,
+        help_text="null means unlimited.",
+    )
+    spent_usd = serializers.DecimalField(max_digits=20, decimal_places=6, coerce_to_string=False)
+    remaining_percent = serializers.DecimalField(
+        max_digits=5, decimal_places=2, coerce_to_string=False
+    )
+
+
+class QuotaInput(serializers.Serializer):
+    monthly_limit_usd = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=2,
+        min_value=0,
+        allow_null=True,
+        help_text="USD per calendar month (UTC); null means unlimited.",
+    )

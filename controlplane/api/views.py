@@ -1,0 +1,353 @@
+"""Host API views: validate input, call one service or selector, serialize the output.
+
+Access is decided in controlplane.access (404 for non-members, 403 for a missing
+permission); this module only says which permission each action needs.
+"""
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane import selectors
+from controlplane.access import (
+    CREATE_TASK,
+    MANAGE_MEMBERS,
+    READ,
+    memory_get_for_delete,
+    project_get_for,
+    task_get_for,
+)
+from controlplane.api import serializers as s
+from controlplane.api.pagination import paginated_response
+from controlplane.limits import text_problem
+from controlplane.services.memories import memory_create, memory_delete
+from controlplane.services.projects import membership_set, project_create
+from controlplane.services.quota import quota_reset, quota_set, quota_status_get
+from controlplane.services.tasks import followup_create, task_continue, task_create
+
+ERRORS = {
+    400: OpenApiResponse(description="Invalid input: `{field: [messages]}`."),
+    401: OpenApiResponse(description="Not authenticated."),
+    403: OpenApiResponse(description="Authenticated, but the role does not allow it."),
+    404: OpenApiResponse(description="No such object, or not visible to the caller."),
+}
+
+
+def _errors(*codes: int) -> dict:
+    return {code: ERRORS[code] for code in codes}
+
+
+def _id_parameter(name: str, what: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name, OpenApiTypes.INT, OpenApiParameter.PATH, description=f"{what} id."
+    )
+
+
+PROJECT_ID = _id_parameter("project_id", "Project")
+TASK_ID = _id_parameter("task_id", "Task")
+MEMORY_ID = _id_parameter("memory_id", "Memory")
+
+
+def _validated(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+# --- Projects -------------------------------------------------------------------------------
+
+
+class ProjectListView(APIView):
+    @extend_schema(
+        operation_id="projects_list",
+        summary="Projects the caller is a member of",
+        responses={200: s.ProjectOutput(many=True), **_errors(401)},
+    )
+    def get(self, request: Request) -> Response:
+        return paginated_response(
+            request, self, selectors.project_list(user=request.user), s.ProjectOutput
+        )
+
+    @extend_schema(
+        operation_id="projects_create",
+        summary="Create a project; the caller becomes its owner",
+        request=s.ProjectCreateInput,
+        responses={201: s.ProjectOutput, **_errors(400, 401)},
+    )
+    def post(self, request: Request) -> Response:
+        data = _validated(s.ProjectCreateInput, request.data)
+        project = project_create(user=request.user, **data)
+        project = selectors.project_get(user=request.user, project=project)
+        return Response(s.ProjectOutput(project).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(parameters=[PROJECT_ID])
+class ProjectDetailView(APIView):
+    @extend_schema(
+        operation_id="projects_retrieve",
+        summary="One project",
+        responses={200: s.ProjectOutput, **_errors(401, 404)},
+    )
+    def get(self, request: Request, project_id: str) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=READ)
+        project = selectors.project_get(user=request.user, project=project)
+        return Response(s.ProjectOutput(project).data)
+
+
+@extend_schema(parameters=[PROJECT_ID])
+class ProjectMembersView(APIView):
+    @extend_schema(
+        operation_id="projects_members_list",
+        summary="Members of a project and their roles",
+        responses={200: s.MembershipOutput(many=True), **_errors(401, 404)},
+    )
+    def get(self, request: Request, project_id: str) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=READ)
+        return paginated_response(
+            request, self, selectors.membership_list(project=project), s.MembershipOutput
+        )
+
+    @extend_schema(
+        operation_id="projects_members_set",
+        summary="Add a member or change a member's role (owner only)",
+        description="201 when the user was added, 200 when an existing role was changed. "
+        "409 when the change would leave the project without an owner.",
+        request=s.MembershipInput,
+        responses={
+            200: s.MembershipOutput,
+            201: s.MembershipOutput,
+            409: OpenApiResponse(description="The project's last owner cannot be demoted."),
+            **_errors(400, 401, 403, 404),
+        },
+    )
+    def post(self, request: Request, project_id: str) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=MANAGE_MEMBERS)
+        data = _validated(s.MembershipInput, request.data)
+        membership, created = membership_set(actor=request.user, project=project, **data)
+        return Response(
+            s.MembershipOutput(membership).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+# --- Tasks ----------------------------------------------------------------------------------
+
+
+@extend_schema(parameters=[PROJECT_ID])
+class ProjectTasksView(APIView):
+    @extend_schema(
+        operation_id="projects_tasks_list",
+        summary="Tasks of a project, newest first",
+        parameters=[s.TaskFilterInput],
+        responses={200: s.TaskSummaryOutput(many=True), **_errors(400, 401, 404)},
+    )
+    def get(self, request: Request, project_id: str) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=READ)
+        filters = _validated(s.TaskFilterInput, request.query_params)
+        tasks = selectors.task_list(user=request.user, project=project, **filters)
+        return paginated_response(request, self, tasks, s.TaskSummaryOutput)
+
+    @extend_schema(
+        operation_id="projects_tasks_create",
+        summary="Queue a task (create_task: owner or member)",
+        request=s.TaskCreateInput,
+        responses={201: s.TaskDetailOutput, **_errors(400, 401, 403, 404)},
+    )
+    def post(self, request: Request, project_id: str) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=CREATE_TASK)
+        data = _validated(s.TaskCreateInput, request.data)
+        task = task_create(user=request.user, project=project, **data)
+        return Response(s.TaskDetailOutput(task).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(parameters=[TASK_ID])
+class TaskDetailView(APIView):
+    @extend_schema(
+        operation_id="tasks_retrieve",
+        summary="One task, with its stored prompt and goal and its latest result",
+        responses={200: s.TaskDetailOutput, **_errors(401, 404)},
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        task = task_get_for(user=request.user, task_id=task_id, action=READ)
+        return Response(s.TaskDetailOutput(task).data)
+
+
+@extend_schema(parameters=[TASK_ID])
+class TaskContinueView(APIView):
+    @extend_schema(
+        operation_id="tasks_continue",
+        summary="Queue the next turn of a finished task (create_task)",
+        request=s.TaskContinueInput,
+        responses={
+            200: s.TaskDetailOutput,
+            409: OpenApiResponse(description="The task is not finished (queued or running)."),
+            **_errors(400, 401, 403, 404),
+        },
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        task = task_get_for(user=request.user, task_id=task_id, action=CREATE_TASK)
+        data = _validated(s.TaskContinueInput, request.data)
+        task = task_continue(user=request.user, task=task, **data)
+        return Response(s.TaskDetailOutput(task).data)
+
+
+@extend_schema(parameters=[TASK_ID])
+class TaskFollowupsView(APIView):
+    @extend_schema(
+        operation_id="tasks_followups_list",
+        summary="Messages delivered to a task",
+        responses={200: s.FollowupOutput(many=True), **_errors(401, 404)},
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        task = task_get_for(user=request.user, task_id=task_id, action=READ)
+        return paginated_response(
+            request, self, selectors.followup_list(task=task), s.FollowupOutput
+        )
+
+    @extend_schema(
+        operation_id="tasks_followups_create",
+        summary="Deliver a message to a task (create_task)",
+        request=s.FollowupInput,
+        responses={201: s.FollowupOutput, **_errors(400, 401, 403, 404)},
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        task = task_get_for(user=request.user, task_id=task_id, action=CREATE_TASK)
+        data = _validated(s.FollowupInput, request.data)
+        followup = followup_create(user=request.user, task=task, **data)
+        return Response(s.FollowupOutput(followup).data, status=status.HTTP_201_CREATED)
+
+
+# --- Memories -------------------------------------------------------------------------------
+
+
+class MyMemoriesView(APIView):
+    @extend_schema(
+        operation_id="users_me_memories_list",
+        summary="The caller's user-level memories",
+        parameters=[s.MemoryFilterInput],
+        responses={200: s.MemoryOutput(many=True), **_errors(400, 401)},
+    )
+    def get(self, request: Request) -> Response:
+        filters = _validated(s.MemoryFilterInput, request.query_params)
+        memories = selectors.memory_list_for_user(user=request.user, **filters)
+        return paginated_response(request, self, memories, s.MemoryOutput)
+
+    @extend_schema(
+        operation_id="users_me_memories_create",
+        summary="Remember something about the caller (a manual user-level memory)",
+        request=s.MemoryInput,
+        responses={201: s.MemoryOutput, **_errors(400, 401)},
+    )
+    def post(self, request: Request) -> Response:
+        data = _validated(s.MemoryInput, request.data)
+        memory = memory_create(user=request.user, **data)
+        return Response(s.MemoryOutput(memory).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(parameters=[PROJECT_ID])
+class ProjectMemoriesView(APIView):
+    @extend_schema(
+        operation_id="projects_memories_list",
+        summary="A project's memories (manual and auto, active and superseded)",
+        parameters=[s.MemoryFilterInput],
+        responses={200: s.MemoryOutput(many=True), **_errors(400, 401, 404)},
+    )
+    def get(self, request: Request, project_id: str) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=READ)
+        filters = _validated(s.MemoryFilterInput, request.query_params)
+        memories = selectors.memory_list_for_project(project=project, **filters)
+        return paginated_response(request, self, memories, s.MemoryOutput)
+
+    @extend_schema(
+        operation_id="projects_memories_create",
+        summary="Remember something about a project (create_task)",
+        request=s.MemoryInput,
+        responses={201: s.MemoryOutput, **_errors(400, 401, 403, 404)},
+    )
+    def post(self, request: Request, project_id: str) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=CREATE_TASK)
+        data = _validated(s.MemoryInput, request.data)
+        memory = memory_create(user=request.user, project=project, **data)
+        return Response(s.MemoryOutput(memory).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(parameters=[MEMORY_ID])
+class MemoryDetailView(APIView):
+    @extend_schema(
+        operation_id="memories_delete",
+        summary="Forget a memory (its user, or create_task on its project)",
+        responses={204: None, **_errors(401, 403, 404)},
+    )
+    def delete(self, request: Request, memory_id: str) -> Response:
+        memory = memory_get_for_delete(user=request.user, memory_id=memory_id)
+        memory_delete(user=request.user, memory=memory)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- Quota ----------------------------------------------------------------------------------
+
+
+class MyQuotaView(APIView):
+    @extend_schema(
+        operation_id="users_me_quota_retrieve",
+        summary="The caller's monthly quota: limit, spend this UTC month, remaining percent",
+        responses={200: s.QuotaOutput, **_errors(401)},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(s.QuotaOutput(quota_status_get(user_id=request.user.pk)).data)
+
+
+def _user_by_username(username: str):
+    user = None
+    if not text_problem(username):
+        user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise NotFound("User not found.")
+    return user
+
+
+USERNAME_PARAMETER = OpenApiParameter(
+    "username", OpenApiTypes.STR, OpenApiParameter.PATH, description="A username."
+)
+
+
+@extend_schema(parameters=[USERNAME_PARAMETER])
+class UserQuotaView(APIView):
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(
+        operation_id="users_quota_retrieve",
+        summary="A user's quota (staff only)",
+        responses={200: s.QuotaOutput, **_errors(401, 403, 404)},
+    )
+    def get(self, request: Request, username: str) -> Response:
+        user = _user_by_username(username)
+        return Response(s.QuotaOutput(quota_status_get(user_id=user.pk)).data)
+
+    @extend_schema(
+        operation_id="users_quota_set",
+        summary="Set a user's monthly limit; null means unlimited (staff only)",
+        request=s.QuotaInput,
+        responses={200: s.QuotaOutput, **_errors(400, 401, 403, 404)},
+    )
+    def put(self, request: Request, username: str) -> Response:
+        user = _user_by_username(username)
+        data = _validated(s.QuotaInput, request.data)
+        quota_set(actor=request.user, user=user, **data)
+        return Response(s.QuotaOutput(quota_status_get(user_id=user.pk)).data)
+
+    @extend_schema(
+        operation_id="users_quota_reset",
+        summary="Drop a user's quota row: back to the default limit (staff only)",
+        responses={204: None, **_errors(401, 403, 404)},
+    )
+    def delete(self, request: Request, username: str) -> Response:
+        user = _user_by_username(username)
+        quota_reset(actor=request.user, user=user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,71 @@
+"""Reads for the API, always scoped through controlplane.access."""
+
+from django.db.models import OuterRef, QuerySet, Subquery
+
+from controlplane.access import projects_visible_to, tasks_visible_to
+from controlplane.models import (
+    IdentityMemory,
+    Membership,
+    MemoryScope,
+    Project,
+    Task,
+    TaskFollowup,
+)
+
+
+def project_list(*, user) -> QuerySet[Project]:
+    """The user's projects, each annotated with `my_role`."""
+    role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
+    return (
+        projects_visible_to(user)
+        .select_related("created_by")
+        .annotate(my_role=Subquery(role))
+        .order_by("id")
+    )
+
+
+def project_get(*, user, project: Project) -> Project:
+    """`project` re-read with the caller's role annotated (the caller has checked access)."""
+    return project_list(user=user).get(pk=project.pk)
+
+
+def membership_list(*, project: Project) -> QuerySet[Membership]:
+    return Membership.objects.filter(project=project).select_related("user").order_by("id")
+
+
+def task_list(*, user, project: Project, status: str | None = None) -> QuerySet[Task]:
+    """Tasks of one project, newest first, optionally with one status."""
+    tasks = tasks_visible_to(user).filter(project=project).select_related("user")
+    if status:
+        tasks = tasks.filter(status=status)
+    return tasks.order_by("-id")
+
+
+def followup_list(*, task: Task) -> QuerySet[TaskFollowup]:
+    return TaskFollowup.objects.filter(task=task).select_related("created_by").order_by("id")
+
+
+def _memory_filter(
+    memories: QuerySet[IdentityMemory], *, status: str | None, source: str | None
+) -> QuerySet[IdentityMemory]:
+    if status:
+        memories = memories.filter(status=status)
+    if source:
+        memories = memories.filter(source=source)
+    return memories.select_related("created_by").order_by("-created_at", "-id")
+
+
+def memory_list_for_user(
+    *, user, status: str | None = None, source: str | None = None
+) -> QuerySet[IdentityMemory]:
+    """The user's own user-level memories."""
+    memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
+    return _memory_filter(memories, status=status, source=source)
+
+
+def memory_list_for_project(
+    *, project: Project, status: str | None = None, source: str | None = None
+) -> QuerySet[IdentityMemory]:
+    """A project's memories (the caller has checked the user is a member)."""
+    memories = IdentityMemory.objects.filter(scope=MemoryScope.PROJECT, project=project)
+    return _memory_filter(memories, status=status, source=source)

@@ -1,0 +1,115 @@
+"""Queueing tasks, continuing finished ones and delivering inter-task messages."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.access import tasks_visible_to
+from controlplane.errors import ConflictError, DomainError
+from controlplane.limits import (
+    GOAL_MAX_CHARS,
+    MESSAGE_MAX_CHARS,
+    PROMPT_MAX_CHARS,
+    text_require,
+)
+from controlplane.models import Project, Task, TaskFollowup, TaskKind, TaskStatus
+from controlplane.services.audit import audit_record
+
+
+@transaction.atomic
+def task_create(
+    *,
+    user,
+    project: Project,
+    prompt: str,
+    goal: str | None = None,
+    kind: str = TaskKind.STANDARD,
+    parent_task_id: int | None = None,
+) -> Task:
+    """Queue the first turn of a new task. A parent task must belong to the same project."""
+    text_require(prompt, field="prompt", max_chars=PROMPT_MAX_CHARS)
+    if goal is not None:
+        text_require(goal, field="goal", max_chars=GOAL_MAX_CHARS)
+    if kind not in TaskKind.values:
+        raise DomainError(f'"{kind}" is not a valid choice.', field="kind")
+    parent = None
+    if parent_task_id is not None:
+        parent = Task.objects.filter(pk=parent_task_id, project=project).first()
+        if parent is None:
+            raise DomainError("No task with this id in this project.", field="parent_task_id")
+    task = Task.objects.create(
+        project=project,
+        user=user,
+        prompt=prompt,
+        goal=goal,
+        kind=kind,
+        parent_task=parent,
+        status=TaskStatus.QUEUED,
+        turn=1,
+        queued_at=timezone.now(),
+    )
+    audit_record(
+        action="task_created",
+        actor=user,
+        target_type="task",
+        target_id=task.pk,
+        data={"project_id": project.pk, "kind": kind, "parent_task_id": parent_task_id},
+    )
+    return task
+
+
+@transaction.atomic
+def task_continue(*, user, task: Task, prompt: str) -> Task:
+    """Queue the next turn of a terminal task with a new prompt.
+
+    The row is locked first, so of two concurrent continuations exactly one succeeds; the
+    other finds the task queued and gets a ConflictError.
+    """
+    text_require(prompt, field="prompt", max_chars=PROMPT_MAX_CHARS)
+    task = Task.objects.select_for_update().get(pk=task.pk)
+    if not task.is_terminal:
+        raise ConflictError(f"Only a finished task can be continued; this one is {task.status}.")
+    task.status = TaskStatus.QUEUED
+    task.turn += 1
+    task.continuation_prompt = prompt
+    task.is_resume = False
+    task.worker_id = ""
+    task.heartbeat_at = None
+    task.started_at = None
+    task.finished_at = None
+    task.failure_reason = ""
+    task.queued_at = timezone.now()
+    task.save()
+    audit_record(
+        action="task_continued",
+        actor=user,
+        target_type="task",
+        target_id=task.pk,
+        data={"turn": task.turn},
+    )
+    return task
+
+
+@transaction.atomic
+def followup_create(
+    *, user, task: Task, message: str, from_task_id: int | None = None
+) -> TaskFollowup:
+    """Deliver a message to `task`, optionally from another task the user can see."""
+    text_require(message, field="message", max_chars=MESSAGE_MAX_CHARS)
+    from_task = None
+    if from_task_id is not None:
+        from_task = tasks_visible_to(user).filter(pk=from_task_id).first()
+        if from_task is None:
+            raise DomainError("No task with this id.", field="from_task_id")
+        if from_task.pk == task.pk:
+            raise DomainError("A task cannot send a message to itself.", field="from_task_id")
+    followup = TaskFollowup.objects.create(
+        task=task, from_task=from_task, message=message, created_by=user
+    )
+    audit_record(
+        action="followup_created",
+        actor=user,
+        target_type="task",
+        target_id=task.pk,
+        data={"followup_id": followup.pk, "from_task_id": from_task_id},
+    )
+    return followup
