@@ -88,6 +88,20 @@ class TaskAutoMemoryFlags(models.Model):
         return f"auto memory flags of task {self.task_id}"
 
 
+# Skips that may clear by themselves (time passes, quota frees up): retried every round.
+TRANSIENT_REASONS = ("not_idle", "quota_low", "quota_check_failed")
+# Skips that hold until the task, the user's settings or the task's flags change.
+STABLE_REASONS = (
+    "generate_disabled",
+    "missing_timestamps",
+    "duration_too_short",
+    "result_too_short",
+    "external_context",
+)
+# An extraction that failed unexpectedly is retried this many times at most.
+MAX_ERROR_ATTEMPTS = 5
+
+
 class Outcome(models.TextChoices):
     EXTRACTED = "extracted", "Extracted"
     SKIPPED = "skipped", "Skipped"
@@ -123,6 +137,9 @@ class AutoMemoryLog(models.Model):
         IdentityMemory, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     forced = models.BooleanField(default=False)
+    # Set when the user's settings or the task's flags changed after a stable skip: the
+    # next sweep looks at the task again.
+    recheck = models.BooleanField(default=False)
     attempts = models.PositiveIntegerField(default=1)
     # Redacted detail (an error's message, the numbers behind a skip).
     detail = models.TextField(blank=True, default="")
@@ -133,6 +150,14 @@ class AutoMemoryLog(models.Model):
         ordering = ["-last_attempt_at", "-task_id"]
         indexes = [
             models.Index(fields=["user", "-last_attempt_at"], name="amlog_user_recent_idx"),
+            # The sweep's retry set: transient skips and errors, whatever the history size.
+            models.Index(
+                fields=["last_attempt_at"],
+                name="amlog_retry_idx",
+                condition=Q(outcome="error")
+                | Q(outcome="skipped", reason__in=TRANSIENT_REASONS)
+                | Q(recheck=True),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -145,3 +170,21 @@ class AutoMemoryLog(models.Model):
 
     def __str__(self) -> str:
         return f"task {self.task_id}: {self.outcome} ({self.reason})"
+
+
+class SweepState(models.Model):
+    """Where the global sweep left off, so each round reads only what changed since.
+
+    `cursor_*` is the (updated_at, id) of the last completed task the sweep examined.
+    """
+
+    name = models.CharField(max_length=32, primary_key=True)
+    cursor_updated_at = models.DateTimeField(null=True, blank=True)
+    cursor_task_id = models.BigIntegerField(default=0)
+    last_sweep_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "sweep state"
+
+    def __str__(self) -> str:
+        return f"sweep state {self.name}"

@@ -1,0 +1,156 @@
+"""Input and output shapes of the auto memory endpoints.
+
+Input is strict: booleans are JSON booleans (0 and 1 accepted), integers are JSON integers
+(not strings, not booleans), and unknown fields are refused, so a typo is a 400 rather than
+a silently ignored setting.
+"""
+
+from rest_framework import serializers
+
+from automemory.models import (
+    MAX_DURATION_SECONDS,
+    MAX_IDLE_SECONDS,
+    MAX_RESULT_CHARS,
+    AutoMemoryLog,
+    Outcome,
+    Reason,
+)
+from controlplane.limits import text_problem
+
+
+class StrictBooleanField(serializers.BooleanField):
+    default_error_messages = {"invalid": "Must be a JSON boolean (true or false; 0 or 1)."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            return data
+        if type(data) is int and data in (0, 1):
+            return bool(data)
+        self.fail("invalid")
+
+
+class StrictIntegerField(serializers.IntegerField):
+    default_error_messages = {"invalid": "Must be a JSON integer."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        if isinstance(data, float) and not data.is_integer():
+            self.fail("invalid")
+        return super().to_internal_value(int(data))
+
+
+class ModelNameField(serializers.CharField):
+    def __init__(self, **kwargs):
+        super().__init__(
+            max_length=200, allow_null=True, allow_blank=True, required=False, **kwargs
+        )
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError("Must be a string or null.")
+        problem = text_problem(data)
+        if problem:
+            raise serializers.ValidationError(problem)
+        value = super().to_internal_value(data)
+        return value or None
+
+
+class RejectUnknownFieldsMixin:
+    """Refuse body keys the serializer does not know (read-only ones are tolerated)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        known = set(self.fields)
+        unknown = sorted(str(key) for key in data if key not in known)
+        if unknown:
+            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+        return super().to_internal_value(data)
+
+
+class AutoMemorySettingsSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
+    generate_memories = StrictBooleanField(required=False)
+    use_memories = StrictBooleanField(required=False)
+    disable_on_external_context = StrictBooleanField(required=False)
+    min_rate_limit_remaining_percent = StrictIntegerField(
+        required=False, min_value=0, max_value=100
+    )
+    idle_seconds = StrictIntegerField(required=False, min_value=0, max_value=MAX_IDLE_SECONDS)
+    min_duration_seconds = StrictIntegerField(
+        required=False, min_value=0, max_value=MAX_DURATION_SECONDS
+    )
+    min_result_chars = StrictIntegerField(required=False, min_value=0, max_value=MAX_RESULT_CHARS)
+    extract_model = ModelNameField()
+    consolidation_model = ModelNameField()
+    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+
+class TaskFlagsInputSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
+    use_memories = StrictBooleanField(required=False, allow_null=True)
+    generate_memories = StrictBooleanField(required=False, allow_null=True)
+
+    # Read-only fields of the output, tolerated when a client sends a GET body back.
+    task_id = serializers.IntegerField(read_only=True)
+    effective_use_memories = serializers.BooleanField(read_only=True)
+    effective_generate_memories = serializers.BooleanField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+
+
+class TaskFlagsSerializer(serializers.Serializer):
+    task_id = serializers.IntegerField()
+    use_memories = serializers.BooleanField(allow_null=True)
+    generate_memories = serializers.BooleanField(allow_null=True)
+    effective_use_memories = serializers.BooleanField(
+        help_text="What applies to this task: the flag if set, else the user's setting."
+    )
+    effective_generate_memories = serializers.BooleanField()
+    updated_at = serializers.DateTimeField(allow_null=True)
+
+
+class RunInputSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
+    force = StrictBooleanField(required=False, default=False)
+
+
+class SkipCountsSerializer(serializers.Serializer):
+    generate_disabled = serializers.IntegerField()
+    not_idle = serializers.IntegerField()
+    missing_timestamps = serializers.IntegerField()
+    duration_too_short = serializers.IntegerField()
+    result_too_short = serializers.IntegerField()
+    external_context = serializers.IntegerField()
+    quota_low = serializers.IntegerField()
+    quota_check_failed = serializers.IntegerField()
+
+
+class RunSummarySerializer(serializers.Serializer):
+    scanned = serializers.IntegerField()
+    extracted = serializers.IntegerField()
+    superseded = serializers.IntegerField()
+    skipped = SkipCountsSerializer()
+    errors = serializers.IntegerField()
+    forced = serializers.BooleanField()
+
+
+class AutoMemoryLogSerializer(serializers.ModelSerializer):
+    task_id = serializers.IntegerField()
+    project_id = serializers.IntegerField(source="task.project_id")
+    outcome = serializers.ChoiceField(choices=Outcome.choices)
+    reason = serializers.ChoiceField(choices=Reason.choices)
+    memory_id = serializers.IntegerField(allow_null=True)
+    attempted_at = serializers.DateTimeField(source="last_attempt_at")
+
+    class Meta:
+        model = AutoMemoryLog
+        fields = [
+            "task_id",
+            "project_id",
+            "outcome",
+            "reason",
+            "memory_id",
+            "forced",
+            "attempts",
+            "detail",
+            "attempted_at",
+            "first_attempt_at",
+        ]

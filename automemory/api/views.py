@@ -1,0 +1,147 @@
+"""Auto memory endpoints: validate input, call one service or selector, serialize output."""
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from automemory import selectors
+from automemory.api import serializers as s
+from automemory.models import Outcome, Reason
+from automemory.services.extractor import process_auto_memories
+from automemory.services.preferences import (
+    SETTINGS_FIELDS,
+    effective_switch,
+    flags_get,
+    flags_set,
+    settings_get,
+    settings_update,
+)
+from controlplane.access import CREATE_TASK, READ, task_get_for
+from controlplane.api.pagination import paginated_response
+
+ERRORS = {
+    400: OpenApiResponse(description="Invalid input: `{field: [messages]}`; nothing is saved."),
+    401: OpenApiResponse(description="Not authenticated."),
+    403: OpenApiResponse(description="The caller's role does not allow it (viewer)."),
+    404: OpenApiResponse(description="No such task, or not visible to the caller."),
+}
+TASK_ID = OpenApiParameter("task_id", OpenApiTypes.INT, OpenApiParameter.PATH)
+
+
+def _validated(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def _settings_body(settings) -> dict:
+    body = {name: getattr(settings, name) for name in SETTINGS_FIELDS}
+    body["updated_at"] = settings.updated_at
+    return s.AutoMemorySettingsSerializer(body).data
+
+
+class AutoMemorySettingsView(APIView):
+    """The caller's auto memory settings. PUT and PATCH both change only the fields sent."""
+
+    @extend_schema(responses={200: s.AutoMemorySettingsSerializer, 401: ERRORS[401]})
+    def get(self, request: Request) -> Response:
+        return Response(_settings_body(settings_get(user_id=request.user.pk)))
+
+    @extend_schema(
+        request=s.AutoMemorySettingsSerializer,
+        responses={200: s.AutoMemorySettingsSerializer, 400: ERRORS[400], 401: ERRORS[401]},
+    )
+    def put(self, request: Request) -> Response:
+        changes = _validated(s.AutoMemorySettingsSerializer, request.data)
+        return Response(_settings_body(settings_update(user=request.user, changes=changes)))
+
+    @extend_schema(
+        request=s.AutoMemorySettingsSerializer,
+        responses={200: s.AutoMemorySettingsSerializer, 400: ERRORS[400], 401: ERRORS[401]},
+    )
+    def patch(self, request: Request) -> Response:
+        return self.put(request)
+
+
+def _flags_body(task) -> dict:
+    flags = flags_get(task_id=task.pk)
+    prefs = settings_get(user_id=task.user_id)
+    return s.TaskFlagsSerializer(
+        {
+            "task_id": task.pk,
+            "use_memories": flags.use_memories,
+            "generate_memories": flags.generate_memories,
+            "effective_use_memories": effective_switch(flags.use_memories, prefs.use_memories),
+            "effective_generate_memories": effective_switch(
+                flags.generate_memories, prefs.generate_memories
+            ),
+            "updated_at": flags.updated_at,
+        }
+    ).data
+
+
+class TaskAutoMemoryFlagsView(APIView):
+    """Per-task overrides of `use_memories` / `generate_memories` (null follows the user)."""
+
+    @extend_schema(
+        parameters=[TASK_ID],
+        responses={200: s.TaskFlagsSerializer, 401: ERRORS[401], 404: ERRORS[404]},
+    )
+    def get(self, request: Request, task_id) -> Response:
+        task = task_get_for(user=request.user, task_id=task_id, action=READ)
+        return Response(_flags_body(task))
+
+    @extend_schema(
+        parameters=[TASK_ID],
+        request=s.TaskFlagsInputSerializer,
+        responses={
+            200: s.TaskFlagsSerializer,
+            **{code: ERRORS[code] for code in (400, 401, 403, 404)},
+        },
+    )
+    def post(self, request: Request, task_id) -> Response:
+        task = task_get_for(user=request.user, task_id=task_id, action=CREATE_TASK)
+        changes = _validated(s.TaskFlagsInputSerializer, request.data)
+        flags_set(task=task, actor=request.user, changes=changes)
+        return Response(_flags_body(task))
+
+
+class AutoMemoryRunView(APIView):
+    """Run the extraction sweep over the caller's own tasks now and return what it did."""
+
+    @extend_schema(
+        request=s.RunInputSerializer,
+        responses={200: s.RunSummarySerializer, 400: ERRORS[400], 401: ERRORS[401]},
+    )
+    def post(self, request: Request) -> Response:
+        force = _validated(s.RunInputSerializer, request.data)["force"]
+        summary = process_auto_memories(user=request.user, force=force)
+        return Response(s.RunSummarySerializer(summary.as_dict()).data)
+
+
+class AutoMemoryLogView(APIView):
+    """The extraction log of the caller's own tasks: one row per task, newest attempt first."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("outcome", str, enum=[o.value for o in Outcome]),
+            OpenApiParameter("reason", str, enum=[r.value for r in Reason]),
+            OpenApiParameter("page", int),
+            OpenApiParameter("page_size", int),
+        ],
+        responses={200: s.AutoMemoryLogSerializer(many=True), 401: ERRORS[401]},
+    )
+    def get(self, request: Request) -> Response:
+        queryset: QuerySet = selectors.auto_memory_log_list(user=request.user).select_related(
+            "task"
+        )
+        for name, choices in (("outcome", Outcome.values), ("reason", Reason.values)):
+            value = request.query_params.get(name)
+            if value in choices:
+                queryset = queryset.filter(**{name: value})
+            elif value:
+                queryset = queryset.none()
+        return paginated_response(request, self, queryset, s.AutoMemoryLogSerializer)

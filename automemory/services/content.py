@@ -1,0 +1,42 @@
+"""What an auto memory says and which goal it belongs to (deterministic v1, no model call)."""
+
+import hashlib
+import re
+
+from automemory import conf
+from automemory.services.redactor import redact
+from controlplane.models import Task
+
+_WHITESPACE = re.compile(r"\s+")
+# Redact more than is kept, so a secret crossing the cut is still recognised whole.
+_REDACTION_MARGIN_CHARS = 8192
+
+
+def goal_line(task: Task) -> str:
+    """The first non-blank line of the goal, else of the prompt, whitespace-collapsed."""
+    for source in (task.goal, task.prompt):
+        for line in (source or "").splitlines():
+            collapsed = _WHITESPACE.sub(" ", line).strip()
+            if collapsed:
+                return collapsed
+    return ""
+
+
+def goal_key(task: Task) -> str:
+    """The identity of a task's goal: its first line trimmed, space-collapsed and case-folded.
+
+    Hashed so the key has a fixed size for the unique index whatever the line's length.
+    """
+    return hashlib.sha256(goal_line(task).casefold().encode("utf-8")).hexdigest()
+
+
+def memory_content(task: Task) -> str:
+    """The redacted goal line (capped) and the start of the result, as one memory text."""
+    line_cap = conf.get("GOAL_LINE_MAX_CHARS")
+    excerpt_chars = conf.get("RESULT_EXCERPT_CHARS")
+    line = redact(goal_line(task))
+    if len(line) > line_cap:
+        line = line[: line_cap - 1].rstrip() + "…"
+    window = (task.result_text or "")[: excerpt_chars + _REDACTION_MARGIN_CHARS]
+    excerpt = redact(window)[:excerpt_chars].strip()
+    return f"{line}\n{excerpt}" if excerpt else line

@@ -1,0 +1,91 @@
+"""A user's auto memory settings and a task's flags, and what is in effect for a task."""
+
+from typing import Any
+
+from django.db import transaction
+
+from automemory.models import (
+    STABLE_REASONS,
+    AutoMemoryLog,
+    AutoMemorySettings,
+    Outcome,
+    TaskAutoMemoryFlags,
+)
+from controlplane.models import Task
+from controlplane.services.audit import audit_record
+
+SETTINGS_FIELDS = (
+    "generate_memories",
+    "use_memories",
+    "disable_on_external_context",
+    "min_rate_limit_remaining_percent",
+    "idle_seconds",
+    "min_duration_seconds",
+    "min_result_chars",
+    "extract_model",
+    "consolidation_model",
+)
+
+
+def settings_get(*, user_id: int) -> AutoMemorySettings:
+    """The user's settings; an unsaved row with the defaults when they never changed any."""
+    found = AutoMemorySettings.objects.filter(user_id=user_id).first()
+    return found if found is not None else AutoMemorySettings(user_id=user_id)
+
+
+@transaction.atomic
+def settings_update(*, user, changes: dict[str, Any]) -> AutoMemorySettings:
+    """Apply validated `changes` to the user's settings (creating the row on first change)."""
+    unknown = set(changes) - set(SETTINGS_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown settings: {sorted(unknown)}")
+    current, _ = AutoMemorySettings.objects.select_for_update().get_or_create(user=user)
+    for name, value in changes.items():
+        setattr(current, name, value)
+    current.full_clean()
+    current.save()
+    # Tasks skipped under the old settings get a fresh look at the next sweep.
+    AutoMemoryLog.objects.filter(
+        user=user, outcome=Outcome.SKIPPED, reason__in=STABLE_REASONS, recheck=False
+    ).update(recheck=True)
+    audit_record(
+        action="auto_memory_settings_updated",
+        actor=user,
+        target_type="user",
+        target_id=user.pk,
+        data={"changes": changes},
+    )
+    return current
+
+
+def flags_get(*, task_id: int) -> TaskAutoMemoryFlags:
+    """The task's flags; an unsaved row of NULLs (follow the user) when none were set."""
+    found = TaskAutoMemoryFlags.objects.filter(task_id=task_id).first()
+    return found if found is not None else TaskAutoMemoryFlags(task_id=task_id)
+
+
+@transaction.atomic
+def flags_set(*, task: Task, actor, changes: dict[str, bool | None]) -> TaskAutoMemoryFlags:
+    """Set the task's per-task overrides (`None` = follow the user's setting)."""
+    flags, _ = TaskAutoMemoryFlags.objects.select_for_update().get_or_create(task=task)
+    for name in ("use_memories", "generate_memories"):
+        if name in changes:
+            setattr(flags, name, changes[name])
+    flags.updated_by = actor
+    flags.save()
+    AutoMemoryLog.objects.filter(
+        task=task, outcome=Outcome.SKIPPED, reason__in=STABLE_REASONS
+    ).update(recheck=True)
+    audit_record(
+        action="auto_memory_flags_set",
+        actor=actor,
+        target_type="task",
+        target_id=task.pk,
+        data={name: changes[name] for name in changes},
+    )
+    return flags
+
+
+def effective_switch(flag: bool | None, user_setting: bool) -> bool:
+    """A task flag wins when set; NULL follows the user's setting."""
+    return user_setting if flag is None else flag

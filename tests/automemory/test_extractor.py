@@ -1,0 +1,510 @@
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.test.utils import CaptureQueriesContext
+from django.db import connection
+from django.utils import timezone
+from freezegun import freeze_time
+
+from automemory.models import AutoMemoryLog, TaskAutoMemoryFlags
+from automemory.services.extractor import process_auto_memories
+from controlplane.models import (
+    IdentityMemory,
+    MemoryScope,
+    MemorySource,
+    MemoryStatus,
+    Quota,
+    TaskFollowup,
+    TaskKind,
+    TaskStatus,
+)
+
+
+def log_of(task):
+    return AutoMemoryLog.objects.get(task=task)
+
+
+def auto_memories(**filters):
+    return IdentityMemory.objects.filter(source=MemorySource.AUTO, **filters)
+
+
+@pytest.fixture
+def on(enable_auto_memory, alice):
+    return enable_auto_memory(alice)
+
+
+def test_it_extracts_a_completed_idle_task_into_a_project_memory(task_factory, project, alice, on):
+    task = task_factory(project, alice, prompt="Add retries to the HTTP client\nmore detail",
+                        completed=True)
+    summary = process_auto_memories(user=alice)
+    assert summary.extracted == 1
+    memory = auto_memories().get()
+    assert memory.scope == MemoryScope.PROJECT
+    assert memory.project == project
+    assert memory.user is None
+    assert memory.source_task_id == task.pk
+    assert memory.status == MemoryStatus.ACTIVE
+    assert memory.content.startswith("Add retries to the HTTP client\nDone. The fix")
+    assert "more detail" not in memory.content
+    log = log_of(task)
+    assert (log.outcome, log.reason, log.memory_id) == ("extracted", "new", memory.pk)
+
+
+def test_the_memory_keeps_only_the_first_800_result_characters(task_factory, project, alice, on):
+    task_factory(project, alice, completed=True, result_text="a" * 700 + "b" * 300 + "TAIL")
+    process_auto_memories(user=alice)
+    content = auto_memories().get().content
+    assert content.count("a") >= 700
+    assert content.endswith("a" * 700 + "b" * 100)
+    assert "TAIL" not in content
+
+
+def test_a_goal_task_is_remembered_by_its_goal(task_factory, project, alice, on):
+    task_factory(project, alice, prompt="the prompt", goal="  Ship   the\tbilling page  \nx",
+                 completed=True)
+    process_auto_memories(user=alice)
+    assert auto_memories().get().content.startswith("Ship the billing page\n")
+
+
+def test_very_long_goal_lines_are_capped(task_factory, project, alice, on):
+    task_factory(project, alice, prompt="word " * 500, completed=True)
+    process_auto_memories(user=alice)
+    first_line = auto_memories().get().content.splitlines()[0]
+    assert len(first_line) <= 200
+
+
+def test_secrets_are_redacted_from_the_memory_but_not_from_the_task(
+    task_factory, project, alice, on
+):
+    secret = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    task = task_factory(project, alice, prompt=f"Deploy with token={secret}", completed=True,
+                        result_text=f"Used password=hunter2hunter2 and {secret}. " * 10)
+    process_auto_memories(user=alice)
+    content = auto_memories().get().content
+    assert secret not in content
+    assert "hunter2hunter2" not in content
+    assert "[REDACTED]" in content
+    task.refresh_from_db()
+    assert secret in task.prompt and secret in task.result_text
+
+
+@pytest.mark.parametrize("status", [TaskStatus.FAILED, TaskStatus.INTERRUPTED, TaskStatus.MERGED,
+                                    TaskStatus.RUNNING, TaskStatus.QUEUED])
+def test_only_completed_tasks_are_candidates(task_factory, project, alice, on, status):
+    task = task_factory(project, alice, completed=True)
+    task.status = status
+    task.save()
+    summary = process_auto_memories(user=alice)
+    assert summary.scanned == 0
+    assert not auto_memories().exists()
+
+
+# --- The gates, in order ---------------------------------------------------------------------
+
+
+def test_it_skips_when_generate_is_off(task_factory, project, alice, enable_auto_memory):
+    enable_auto_memory(alice, generate_memories=False)
+    task = task_factory(project, alice, completed=True)
+    summary = process_auto_memories(user=alice)
+    assert summary.skipped["generate_disabled"] == 1
+    assert (log_of(task).outcome, log_of(task).reason) == ("skipped", "generate_disabled")
+    assert not auto_memories().exists()
+
+
+def test_generate_is_off_by_default(task_factory, project, alice):
+    task = task_factory(project, alice, completed=True)
+    process_auto_memories(user=alice)
+    assert log_of(task).reason == "generate_disabled"
+
+
+def test_a_task_flag_wins_over_the_user_setting(task_factory, project, alice, enable_auto_memory):
+    enable_auto_memory(alice, generate_memories=False)
+    flagged_on = task_factory(project, alice, prompt="goal one", completed=True)
+    TaskAutoMemoryFlags.objects.create(task=flagged_on, generate_memories=True)
+    enable_auto_memory(alice, generate_memories=True)
+    flagged_off = task_factory(project, alice, prompt="goal two", completed=True)
+    TaskAutoMemoryFlags.objects.create(task=flagged_off, generate_memories=False)
+    enable_auto_memory(alice, generate_memories=False)
+
+    process_auto_memories(user=alice)
+    assert log_of(flagged_on).outcome == "extracted"
+    assert log_of(flagged_off).reason == "generate_disabled"
+
+
+def test_it_waits_until_the_task_is_idle(task_factory, project, alice, on):
+    with freeze_time("2026-03-01 12:00:00"):
+        task = task_factory(project, alice, completed=True, finished_ago=timedelta(seconds=0))
+    with freeze_time("2026-03-01 12:14:59"):
+        summary = process_auto_memories(user=alice)
+    assert summary.skipped["not_idle"] == 1
+    assert log_of(task).reason == "not_idle"
+    with freeze_time("2026-03-01 12:15:00"):
+        summary = process_auto_memories(user=alice)
+    assert summary.extracted == 1
+    log = log_of(task)
+    assert log.outcome == "extracted"
+    assert log.attempts == 2, "a later attempt overwrites the same row"
+    assert AutoMemoryLog.objects.count() == 1
+
+
+def test_idle_is_measured_from_now_argument(task_factory, project, alice, on):
+    task = task_factory(project, alice, completed=True, finished_ago=timedelta(seconds=10))
+    process_auto_memories(user=alice)
+    assert log_of(task).reason == "not_idle"
+    process_auto_memories(user=alice, now=timezone.now() + timedelta(hours=1))
+    assert log_of(task).outcome == "extracted"
+
+
+@pytest.mark.parametrize("missing", ["started_at", "finished_at"])
+def test_it_skips_tasks_without_timestamps(task_factory, project, alice, on, missing):
+    task = task_factory(project, alice, completed=True, **{missing: None})
+    summary = process_auto_memories(user=alice)
+    assert summary.skipped["missing_timestamps"] == 1
+    assert log_of(task).reason == "missing_timestamps"
+
+
+def test_it_skips_short_runs(task_factory, project, alice, on):
+    task = task_factory(project, alice, completed=True, duration=timedelta(seconds=29))
+    process_auto_memories(user=alice)
+    assert log_of(task).reason == "duration_too_short"
+
+
+def test_it_skips_short_results(task_factory, project, alice, on):
+    task = task_factory(project, alice, completed=True, result_text="x" * 199)
+    process_auto_memories(user=alice)
+    assert log_of(task).reason == "result_too_short"
+    assert "199" in log_of(task).detail
+
+
+def test_thresholds_come_from_the_user_settings(task_factory, project, alice, enable_auto_memory):
+    enable_auto_memory(alice, min_duration_seconds=5, min_result_chars=10, idle_seconds=0)
+    task = task_factory(project, alice, completed=True, duration=timedelta(seconds=6),
+                        result_text="0123456789", finished_ago=timedelta(0))
+    process_auto_memories(user=alice)
+    assert log_of(task).outcome == "extracted"
+
+
+def test_it_skips_tasks_that_received_messages(task_factory, project, alice, on):
+    task = task_factory(project, alice, completed=True)
+    TaskFollowup.objects.create(task=task, message="also check the logs", created_by=alice)
+    summary = process_auto_memories(user=alice)
+    assert summary.skipped["external_context"] == 1
+    assert log_of(task).reason == "external_context"
+
+
+def test_it_skips_subtasks_of_a_coordinator(task_factory, project, alice, on):
+    parent = task_factory(project, alice, kind=TaskKind.COORDINATOR, prompt="coordinate")
+    task = task_factory(project, alice, completed=True, parent_task=parent)
+    process_auto_memories(user=alice)
+    assert log_of(task).reason == "external_context"
+
+
+def test_external_context_is_allowed_when_the_setting_is_off(
+    task_factory, project, alice, enable_auto_memory
+):
+    enable_auto_memory(alice, disable_on_external_context=False)
+    task = task_factory(project, alice, completed=True)
+    TaskFollowup.objects.create(task=task, message="hi", created_by=alice)
+    process_auto_memories(user=alice)
+    assert log_of(task).outcome == "extracted"
+
+
+def test_it_skips_when_the_quota_is_low(task_factory, project, alice, on):
+    Quota.objects.create(user=alice, monthly_limit_usd=Decimal("10"))
+    task_factory(project, alice, prompt="spend", cost_usd=Decimal("8.50"))
+    task = task_factory(project, alice, completed=True)
+    summary = process_auto_memories(user=alice)
+    assert summary.skipped["quota_low"] == 1
+    assert log_of(task).reason == "quota_low"
+    assert "15" in log_of(task).detail
+
+
+def test_a_zero_limit_means_no_quota_left(task_factory, project, alice, on):
+    Quota.objects.create(user=alice, monthly_limit_usd=Decimal("0"))
+    task = task_factory(project, alice, completed=True)
+    process_auto_memories(user=alice)
+    assert log_of(task).reason == "quota_low"
+
+
+def test_an_unlimited_quota_passes(task_factory, project, alice, on):
+    Quota.objects.create(user=alice, monthly_limit_usd=None)
+    task_factory(project, alice, prompt="spend", cost_usd=Decimal("500"))
+    task = task_factory(project, alice, completed=True)
+    process_auto_memories(user=alice)
+    assert log_of(task).outcome == "extracted"
+
+
+def test_it_fails_closed_when_the_quota_cannot_be_read(task_factory, project, alice, on,
+                                                      monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("quota service down")
+
+    monkeypatch.setattr("controlplane.services.quota.quota_statuses_get", broken)
+    task = task_factory(project, alice, completed=True)
+    summary = process_auto_memories(user=alice)
+    assert summary.skipped["quota_check_failed"] == 1
+    assert log_of(task).reason == "quota_check_failed"
+    assert not auto_memories().exists()
+
+
+def test_the_first_failing_gate_is_the_one_logged(task_factory, project, alice, on):
+    task = task_factory(project, alice, completed=True, finished_ago=timedelta(seconds=1),
+                        result_text="short")
+    TaskFollowup.objects.create(task=task, message="hi", created_by=alice)
+    process_auto_memories(user=alice)
+    assert log_of(task).reason == "not_idle"
+
+
+# --- Force -----------------------------------------------------------------------------------
+
+
+def test_force_skips_the_idle_duration_and_length_gates(task_factory, project, alice, on):
+    task = task_factory(project, alice, completed=True, finished_ago=timedelta(0),
+                        duration=timedelta(seconds=1), result_text="tiny")
+    process_auto_memories(user=alice)
+    assert log_of(task).reason == "not_idle"
+    summary = process_auto_memories(user=alice, force=True)
+    assert summary.extracted == 1
+    assert log_of(task).forced is True
+
+
+def test_force_never_skips_the_switch_context_or_quota_gates(
+    task_factory, project, alice, bob, project_factory, enable_auto_memory
+):
+    enable_auto_memory(alice, generate_memories=False)
+    off = task_factory(project, alice, completed=True, prompt="off")
+    enable_auto_memory(bob)
+    messaged = task_factory(project, bob, completed=True, prompt="messaged")
+    TaskFollowup.objects.create(task=messaged, message="hi", created_by=bob)
+    Quota.objects.create(user=bob, monthly_limit_usd=Decimal("0"))
+    broke = task_factory(project, bob, completed=True, prompt="broke")
+
+    process_auto_memories(user=alice, force=True)
+    process_auto_memories(user=bob, force=True)
+    assert log_of(off).reason == "generate_disabled"
+    assert log_of(messaged).reason == "external_context"
+    assert log_of(broke).reason == "quota_low"
+    assert not auto_memories().exists()
+
+
+# --- Once per task; consolidation ------------------------------------------------------------
+
+
+def test_a_task_is_extracted_once(task_factory, project, alice, on):
+    task_factory(project, alice, completed=True)
+    assert process_auto_memories(user=alice).extracted == 1
+    second = process_auto_memories(user=alice, force=True)
+    assert second.extracted == 0
+    assert second.scanned == 0
+    assert auto_memories().count() == 1
+
+
+def test_a_forgotten_memory_does_not_come_back(task_factory, project, alice, on):
+    task_factory(project, alice, completed=True)
+    process_auto_memories(user=alice)
+    auto_memories().get().delete()
+    process_auto_memories(user=alice, force=True)
+    process_auto_memories()
+    assert not auto_memories().exists()
+
+
+def test_the_database_refuses_a_second_auto_memory_for_one_task(task_factory, project, alice):
+    task = task_factory(project, alice, completed=True)
+    IdentityMemory.objects.create(scope="project", project=project, content="a", source="auto",
+                                  source_task=task, goal_key="k1")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        IdentityMemory.objects.create(scope="project", project=project, content="b",
+                                      source="auto", source_task=task, goal_key="k2")
+
+
+def test_the_database_refuses_a_user_level_auto_memory(task_factory, project, alice):
+    task = task_factory(project, alice, completed=True)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        IdentityMemory.objects.create(scope="user", user=alice, content="a", source="auto",
+                                      source_task=task)
+
+
+def test_the_database_refuses_two_active_auto_memories_per_goal(task_factory, project, alice):
+    one = task_factory(project, alice, completed=True)
+    two = task_factory(project, alice, completed=True)
+    IdentityMemory.objects.create(scope="project", project=project, content="a", source="auto",
+                                  source_task=one, goal_key="same")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        IdentityMemory.objects.create(scope="project", project=project, content="b",
+                                      source="auto", source_task=two, goal_key="same")
+
+
+@pytest.mark.parametrize("later_first", [True, False])
+def test_the_later_finished_task_keeps_the_active_memory_whatever_the_order(
+    task_factory, project, alice, on, later_first
+):
+    early = task_factory(project, alice, prompt="Fix the flaky test", completed=True,
+                         finished_ago=timedelta(hours=3), result_text="early " * 50)
+    late = task_factory(project, alice, prompt="  fix THE   flaky test ", completed=True,
+                        finished_ago=timedelta(hours=2), result_text="late " * 50)
+    first, second = (late, early) if later_first else (early, late)
+    TaskAutoMemoryFlags.objects.create(task=second, generate_memories=False)
+    process_auto_memories(user=alice)
+    TaskAutoMemoryFlags.objects.filter(task=second).update(generate_memories=True)
+    summary = process_auto_memories(user=alice, force=True)
+
+    assert summary.superseded == 1
+    active = auto_memories().get(status=MemoryStatus.ACTIVE)
+    old = auto_memories().get(status=MemoryStatus.SUPERSEDED)
+    assert active.source_task_id == late.pk
+    assert old.source_task_id == early.pk
+    assert old.superseded_by_id == active.pk
+    assert log_of(late).reason == ("new" if later_first else "superseded")
+
+
+def test_one_sweep_settles_a_goal_met_twice(task_factory, project, alice, on):
+    for hours in (5, 4, 3):
+        task_factory(project, alice, prompt="Upgrade Django", completed=True,
+                     finished_ago=timedelta(hours=hours))
+    summary = process_auto_memories(user=alice)
+    assert summary.extracted == 3
+    assert auto_memories(status=MemoryStatus.ACTIVE).count() == 1
+    assert auto_memories(status=MemoryStatus.SUPERSEDED).count() == 2
+
+
+def test_the_same_goal_in_two_projects_keeps_both(task_factory, project_factory, alice, on):
+    one, two = project_factory(alice), project_factory(alice)
+    task_factory(one, alice, prompt="Upgrade Django", completed=True)
+    task_factory(two, alice, prompt="Upgrade Django", completed=True)
+    process_auto_memories(user=alice)
+    assert auto_memories(status=MemoryStatus.ACTIVE).count() == 2
+
+
+def test_manual_memories_are_never_superseded(task_factory, project, alice, on):
+    manual = IdentityMemory.objects.create(scope="project", project=project,
+                                           content="Upgrade Django", created_by=alice)
+    task_factory(project, alice, prompt="Upgrade Django", completed=True)
+    process_auto_memories(user=alice)
+    manual.refresh_from_db()
+    assert manual.status == MemoryStatus.ACTIVE
+
+
+def test_auto_extraction_never_writes_user_memories(task_factory, project, alice, on):
+    for i in range(3):
+        task_factory(project, alice, prompt=f"goal {i}", completed=True)
+    process_auto_memories()
+    assert not IdentityMemory.objects.filter(scope=MemoryScope.USER).exists()
+
+
+# --- The global sweep --------------------------------------------------------------------------
+
+
+def test_the_global_sweep_covers_every_user(task_factory, project, alice, bob,
+                                            enable_auto_memory):
+    enable_auto_memory(alice)
+    enable_auto_memory(bob)
+    task_factory(project, alice, prompt="a", completed=True)
+    task_factory(project, bob, prompt="b", completed=True)
+    assert process_auto_memories().extracted == 2
+
+
+def test_the_global_sweep_sees_tasks_completed_after_its_previous_round(
+    task_factory, project, alice, on
+):
+    task_factory(project, alice, prompt="first", completed=True)
+    assert process_auto_memories().extracted == 1
+    task_factory(project, alice, prompt="second", completed=True)
+    assert process_auto_memories().extracted == 1
+    with freeze_time(timezone.now() + timedelta(minutes=5)):
+        assert process_auto_memories().scanned == 0
+
+
+def test_the_global_sweep_retries_not_idle_tasks_later(task_factory, project, alice, on):
+    task = task_factory(project, alice, completed=True, finished_ago=timedelta(seconds=5))
+    with freeze_time(timezone.now() + timedelta(minutes=2)):
+        process_auto_memories()
+    assert log_of(task).reason == "not_idle"
+    with freeze_time(timezone.now() + timedelta(minutes=20)):
+        process_auto_memories()
+    assert log_of(task).outcome == "extracted"
+
+
+def test_stable_skips_are_not_reexamined_until_something_changes(
+    task_factory, project, alice, on, api_client_for
+):
+    task = task_factory(project, alice, completed=True, result_text="short")
+    process_auto_memories()
+    assert log_of(task).reason == "result_too_short"
+    with freeze_time(timezone.now() + timedelta(minutes=5)):
+        assert process_auto_memories().scanned == 0
+        assert process_auto_memories(user=alice).scanned == 0
+        response = api_client_for(alice).patch(
+            "/users/me/auto-memory-settings", {"min_result_chars": 3}, format="json"
+        )
+        assert response.status_code == 200
+        assert process_auto_memories().extracted == 1
+
+
+def test_switching_generate_on_later_picks_up_skipped_tasks(
+    task_factory, project, alice, api_client_for
+):
+    task = task_factory(project, alice, completed=True)
+    process_auto_memories()
+    assert log_of(task).reason == "generate_disabled"
+    api_client_for(alice).put("/users/me/auto-memory-settings", {"generate_memories": True},
+                              format="json")
+    process_auto_memories()
+    assert log_of(task).outcome == "extracted"
+
+
+def test_a_task_flag_set_later_picks_up_the_task(task_factory, project, alice, api_client_for):
+    task = task_factory(project, alice, completed=True)
+    process_auto_memories()
+    response = api_client_for(alice).post(
+        f"/tasks/{task.pk}/auto-memory-flags", {"generate_memories": True}, format="json"
+    )
+    assert response.status_code == 200
+    process_auto_memories()
+    assert log_of(task).outcome == "extracted"
+
+
+def test_a_user_sweep_touches_only_that_users_tasks(task_factory, project, alice, bob,
+                                                    enable_auto_memory):
+    enable_auto_memory(alice)
+    enable_auto_memory(bob)
+    task_factory(project, bob, completed=True)
+    assert process_auto_memories(user=alice).scanned == 0
+    assert not AutoMemoryLog.objects.exists()
+
+
+def test_errors_are_logged_and_the_sweep_goes_on(task_factory, project, alice, on, monkeypatch):
+    bad = task_factory(project, alice, prompt="bad", completed=True)
+    good = task_factory(project, alice, prompt="good", completed=True)
+    from automemory.services import extractor
+
+    real = extractor.memory_content
+
+    def flaky(task):
+        if task.pk == bad.pk:
+            raise ValueError("cannot render password=hunter22")
+        return real(task)
+
+    monkeypatch.setattr(extractor, "memory_content", flaky)
+    summary = process_auto_memories(user=alice)
+    assert summary.errors == 1
+    assert summary.extracted == 1
+    assert log_of(bad).outcome == "error"
+    assert "hunter22" not in log_of(bad).detail
+    assert log_of(good).outcome == "extracted"
+
+
+def test_sweep_queries_do_not_grow_with_candidates(task_factory, project, alice, on):
+    def queries_for(count):
+        AutoMemoryLog.objects.all().delete()
+        for _ in range(count):
+            task_factory(project, alice, completed=True, result_text="short")
+        with CaptureQueriesContext(connection) as ctx:
+            summary = process_auto_memories(user=alice)
+        return len(ctx.captured_queries), summary.scanned
+
+    small, scanned_small = queries_for(3)
+    large, scanned_large = queries_for(40)
+    assert scanned_large == 43 and scanned_small == 3
+    assert large == small
