@@ -4,6 +4,7 @@ import hashlib
 import re
 
 from automemory import conf
+from automemory.services.injector import FOOTER, HEADER
 from automemory.services.redactor import redact
 from controlplane.models import Task
 
@@ -37,6 +38,20 @@ def memory_content(task: Task) -> str:
     line = redact(goal_line(task))
     if len(line) > line_cap:
         line = line[: line_cap - 1].rstrip() + "…"
-    window = (task.result_text or "")[: excerpt_chars + _REDACTION_MARGIN_CHARS]
+    result = without_injected_block(task.result_text or "")
+    window = result[: excerpt_chars + _REDACTION_MARGIN_CHARS]
     excerpt = redact(window)[:excerpt_chars].strip()
     return f"{line}\n{excerpt}" if excerpt else line
+
+
+def without_injected_block(text: str) -> str:
+    """`text` without a leading block of injected memories (an agent that echoed its prompt).
+
+    Memories must not be remembered again as part of a later task's result.
+    """
+    if not text.startswith(HEADER):
+        return text
+    end = text.find(f"\n{FOOTER}\n", len(HEADER))
+    if end == -1:
+        return text
+    return text[end + len(FOOTER) + 2 :].lstrip("\n")

@@ -2,9 +2,8 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
-from django.db import connection
 from django.utils import timezone
 from freezegun import freeze_time
 
@@ -36,8 +35,9 @@ def on(enable_auto_memory, alice):
 
 
 def test_it_extracts_a_completed_idle_task_into_a_project_memory(task_factory, project, alice, on):
-    task = task_factory(project, alice, prompt="Add retries to the HTTP client\nmore detail",
-                        completed=True)
+    task = task_factory(
+        project, alice, prompt="Add retries to the HTTP client\nmore detail", completed=True
+    )
     summary = process_auto_memories(user=alice)
     assert summary.extracted == 1
     memory = auto_memories().get()
@@ -62,8 +62,9 @@ def test_the_memory_keeps_only_the_first_800_result_characters(task_factory, pro
 
 
 def test_a_goal_task_is_remembered_by_its_goal(task_factory, project, alice, on):
-    task_factory(project, alice, prompt="the prompt", goal="  Ship   the\tbilling page  \nx",
-                 completed=True)
+    task_factory(
+        project, alice, prompt="the prompt", goal="  Ship   the\tbilling page  \nx", completed=True
+    )
     process_auto_memories(user=alice)
     assert auto_memories().get().content.startswith("Ship the billing page\n")
 
@@ -79,8 +80,13 @@ def test_secrets_are_redacted_from_the_memory_but_not_from_the_task(
     task_factory, project, alice, on
 ):
     secret = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
-    task = task_factory(project, alice, prompt=f"Deploy with token={secret}", completed=True,
-                        result_text=f"Used password=hunter2hunter2 and {secret}. " * 10)
+    task = task_factory(
+        project,
+        alice,
+        prompt=f"Deploy with token={secret}",
+        completed=True,
+        result_text=f"Used password=hunter2hunter2 and {secret}. " * 10,
+    )
     process_auto_memories(user=alice)
     content = auto_memories().get().content
     assert secret not in content
@@ -90,8 +96,16 @@ def test_secrets_are_redacted_from_the_memory_but_not_from_the_task(
     assert secret in task.prompt and secret in task.result_text
 
 
-@pytest.mark.parametrize("status", [TaskStatus.FAILED, TaskStatus.INTERRUPTED, TaskStatus.MERGED,
-                                    TaskStatus.RUNNING, TaskStatus.QUEUED])
+@pytest.mark.parametrize(
+    "status",
+    [
+        TaskStatus.FAILED,
+        TaskStatus.INTERRUPTED,
+        TaskStatus.MERGED,
+        TaskStatus.RUNNING,
+        TaskStatus.QUEUED,
+    ],
+)
 def test_only_completed_tasks_are_candidates(task_factory, project, alice, on, status):
     task = task_factory(project, alice, completed=True)
     task.status = status
@@ -180,8 +194,14 @@ def test_it_skips_short_results(task_factory, project, alice, on):
 
 def test_thresholds_come_from_the_user_settings(task_factory, project, alice, enable_auto_memory):
     enable_auto_memory(alice, min_duration_seconds=5, min_result_chars=10, idle_seconds=0)
-    task = task_factory(project, alice, completed=True, duration=timedelta(seconds=6),
-                        result_text="0123456789", finished_ago=timedelta(0))
+    task = task_factory(
+        project,
+        alice,
+        completed=True,
+        duration=timedelta(seconds=6),
+        result_text="0123456789",
+        finished_ago=timedelta(0),
+    )
     process_auto_memories(user=alice)
     assert log_of(task).outcome == "extracted"
 
@@ -236,8 +256,9 @@ def test_an_unlimited_quota_passes(task_factory, project, alice, on):
     assert log_of(task).outcome == "extracted"
 
 
-def test_it_fails_closed_when_the_quota_cannot_be_read(task_factory, project, alice, on,
-                                                      monkeypatch):
+def test_it_fails_closed_when_the_quota_cannot_be_read(
+    task_factory, project, alice, on, monkeypatch
+):
     def broken(**kwargs):
         raise RuntimeError("quota service down")
 
@@ -250,8 +271,9 @@ def test_it_fails_closed_when_the_quota_cannot_be_read(task_factory, project, al
 
 
 def test_the_first_failing_gate_is_the_one_logged(task_factory, project, alice, on):
-    task = task_factory(project, alice, completed=True, finished_ago=timedelta(seconds=1),
-                        result_text="short")
+    task = task_factory(
+        project, alice, completed=True, finished_ago=timedelta(seconds=1), result_text="short"
+    )
     TaskFollowup.objects.create(task=task, message="hi", created_by=alice)
     process_auto_memories(user=alice)
     assert log_of(task).reason == "not_idle"
@@ -261,8 +283,14 @@ def test_the_first_failing_gate_is_the_one_logged(task_factory, project, alice, 
 
 
 def test_force_skips_the_idle_duration_and_length_gates(task_factory, project, alice, on):
-    task = task_factory(project, alice, completed=True, finished_ago=timedelta(0),
-                        duration=timedelta(seconds=1), result_text="tiny")
+    task = task_factory(
+        project,
+        alice,
+        completed=True,
+        finished_ago=timedelta(0),
+        duration=timedelta(seconds=1),
+        result_text="tiny",
+    )
     process_auto_memories(user=alice)
     assert log_of(task).reason == "not_idle"
     summary = process_auto_memories(user=alice, force=True)
@@ -312,38 +340,75 @@ def test_a_forgotten_memory_does_not_come_back(task_factory, project, alice, on)
 
 def test_the_database_refuses_a_second_auto_memory_for_one_task(task_factory, project, alice):
     task = task_factory(project, alice, completed=True)
-    IdentityMemory.objects.create(scope="project", project=project, content="a", source="auto",
-                                  source_task=task, goal_key="k1")
+    IdentityMemory.objects.create(
+        scope="project",
+        project=project,
+        content="a",
+        source="auto",
+        source_task=task,
+        goal_key="k1",
+    )
     with pytest.raises(IntegrityError), transaction.atomic():
-        IdentityMemory.objects.create(scope="project", project=project, content="b",
-                                      source="auto", source_task=task, goal_key="k2")
+        IdentityMemory.objects.create(
+            scope="project",
+            project=project,
+            content="b",
+            source="auto",
+            source_task=task,
+            goal_key="k2",
+        )
 
 
 def test_the_database_refuses_a_user_level_auto_memory(task_factory, project, alice):
     task = task_factory(project, alice, completed=True)
     with pytest.raises(IntegrityError), transaction.atomic():
-        IdentityMemory.objects.create(scope="user", user=alice, content="a", source="auto",
-                                      source_task=task)
+        IdentityMemory.objects.create(
+            scope="user", user=alice, content="a", source="auto", source_task=task
+        )
 
 
 def test_the_database_refuses_two_active_auto_memories_per_goal(task_factory, project, alice):
     one = task_factory(project, alice, completed=True)
     two = task_factory(project, alice, completed=True)
-    IdentityMemory.objects.create(scope="project", project=project, content="a", source="auto",
-                                  source_task=one, goal_key="same")
+    IdentityMemory.objects.create(
+        scope="project",
+        project=project,
+        content="a",
+        source="auto",
+        source_task=one,
+        goal_key="same",
+    )
     with pytest.raises(IntegrityError), transaction.atomic():
-        IdentityMemory.objects.create(scope="project", project=project, content="b",
-                                      source="auto", source_task=two, goal_key="same")
+        IdentityMemory.objects.create(
+            scope="project",
+            project=project,
+            content="b",
+            source="auto",
+            source_task=two,
+            goal_key="same",
+        )
 
 
 @pytest.mark.parametrize("later_first", [True, False])
 def test_the_later_finished_task_keeps_the_active_memory_whatever_the_order(
     task_factory, project, alice, on, later_first
 ):
-    early = task_factory(project, alice, prompt="Fix the flaky test", completed=True,
-                         finished_ago=timedelta(hours=3), result_text="early " * 50)
-    late = task_factory(project, alice, prompt="  fix THE   flaky test ", completed=True,
-                        finished_ago=timedelta(hours=2), result_text="late " * 50)
+    early = task_factory(
+        project,
+        alice,
+        prompt="Fix the flaky test",
+        completed=True,
+        finished_ago=timedelta(hours=3),
+        result_text="early " * 50,
+    )
+    late = task_factory(
+        project,
+        alice,
+        prompt="  fix THE   flaky test ",
+        completed=True,
+        finished_ago=timedelta(hours=2),
+        result_text="late " * 50,
+    )
     first, second = (late, early) if later_first else (early, late)
     TaskAutoMemoryFlags.objects.create(task=second, generate_memories=False)
     process_auto_memories(user=alice)
@@ -361,8 +426,13 @@ def test_the_later_finished_task_keeps_the_active_memory_whatever_the_order(
 
 def test_one_sweep_settles_a_goal_met_twice(task_factory, project, alice, on):
     for hours in (5, 4, 3):
-        task_factory(project, alice, prompt="Upgrade Django", completed=True,
-                     finished_ago=timedelta(hours=hours))
+        task_factory(
+            project,
+            alice,
+            prompt="Upgrade Django",
+            completed=True,
+            finished_ago=timedelta(hours=hours),
+        )
     summary = process_auto_memories(user=alice)
     assert summary.extracted == 3
     assert auto_memories(status=MemoryStatus.ACTIVE).count() == 1
@@ -378,8 +448,9 @@ def test_the_same_goal_in_two_projects_keeps_both(task_factory, project_factory,
 
 
 def test_manual_memories_are_never_superseded(task_factory, project, alice, on):
-    manual = IdentityMemory.objects.create(scope="project", project=project,
-                                           content="Upgrade Django", created_by=alice)
+    manual = IdentityMemory.objects.create(
+        scope="project", project=project, content="Upgrade Django", created_by=alice
+    )
     task_factory(project, alice, prompt="Upgrade Django", completed=True)
     process_auto_memories(user=alice)
     manual.refresh_from_db()
@@ -396,8 +467,7 @@ def test_auto_extraction_never_writes_user_memories(task_factory, project, alice
 # --- The global sweep --------------------------------------------------------------------------
 
 
-def test_the_global_sweep_covers_every_user(task_factory, project, alice, bob,
-                                            enable_auto_memory):
+def test_the_global_sweep_covers_every_user(task_factory, project, alice, bob, enable_auto_memory):
     enable_auto_memory(alice)
     enable_auto_memory(bob)
     task_factory(project, alice, prompt="a", completed=True)
@@ -448,8 +518,9 @@ def test_switching_generate_on_later_picks_up_skipped_tasks(
     task = task_factory(project, alice, completed=True)
     process_auto_memories()
     assert log_of(task).reason == "generate_disabled"
-    api_client_for(alice).put("/users/me/auto-memory-settings", {"generate_memories": True},
-                              format="json")
+    api_client_for(alice).put(
+        "/users/me/auto-memory-settings", {"generate_memories": True}, format="json"
+    )
     process_auto_memories()
     assert log_of(task).outcome == "extracted"
 
@@ -465,8 +536,9 @@ def test_a_task_flag_set_later_picks_up_the_task(task_factory, project, alice, a
     assert log_of(task).outcome == "extracted"
 
 
-def test_a_user_sweep_touches_only_that_users_tasks(task_factory, project, alice, bob,
-                                                    enable_auto_memory):
+def test_a_user_sweep_touches_only_that_users_tasks(
+    task_factory, project, alice, bob, enable_auto_memory
+):
     enable_auto_memory(alice)
     enable_auto_memory(bob)
     task_factory(project, bob, completed=True)
@@ -508,3 +580,15 @@ def test_sweep_queries_do_not_grow_with_candidates(task_factory, project, alice,
     large, scanned_large = queries_for(40)
     assert scanned_large == 43 and scanned_small == 3
     assert large == small
+
+
+def test_an_echoed_memory_block_is_not_remembered_again(task_factory, project, alice, on):
+    from automemory.services.injector import render_memory_block
+
+    old = IdentityMemory.objects.create(scope="project", project=project, content="OLD FACT")
+    echoed = render_memory_block([], [old]) + "\n\nShip it\n" + "Shipped the release. " * 20
+    task_factory(project, alice, prompt="Ship it", completed=True, result_text=echoed)
+    process_auto_memories(user=alice)
+    content = auto_memories().get().content
+    assert "OLD FACT" not in content
+    assert content.startswith("Ship it\nShip it\nShipped the release.")

@@ -45,8 +45,9 @@ def test_flags_default_to_following_the_user(api_client_for, alice, task, enable
 
 def test_setting_and_clearing_a_flag(api_client_for, alice, task):
     client = api_client_for(alice)
-    body = client.post(url(task.pk), {"use_memories": True, "generate_memories": False},
-                       format="json").json()
+    body = client.post(
+        url(task.pk), {"use_memories": True, "generate_memories": False}, format="json"
+    ).json()
     assert body["use_memories"] is True
     assert body["effective_use_memories"] is True
     assert body["generate_memories"] is False

@@ -34,7 +34,8 @@ def test_anonymous_callers_are_refused(api_client_for, db):
 def test_it_saves_only_the_fields_sent(api_client_for, alice, method):
     client = api_client_for(alice)
     response = getattr(client, method)(
-        URL, {"generate_memories": True, "idle_seconds": 60, "extract_model": "gpt-x"},
+        URL,
+        {"generate_memories": True, "idle_seconds": 60, "extract_model": "gpt-x"},
         format="json",
     )
     assert response.status_code == 200, response.content

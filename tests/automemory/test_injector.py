@@ -1,0 +1,196 @@
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from freezegun import freeze_time
+
+from automemory.models import TaskAutoMemoryFlags
+from automemory.services.injector import HEADER, inject_memories
+from controlplane.models import AuditEvent, IdentityMemory, MemoryStatus, Task, TaskKind
+
+
+def memory(*, project=None, user=None, content="remember this", **fields):
+    scope = "project" if project is not None else "user"
+    return IdentityMemory.objects.create(
+        scope=scope,
+        project=project,
+        user=user if scope == "user" else None,
+        content=content,
+        **fields,
+    )
+
+
+@pytest.fixture
+def task(task_factory, project, alice):
+    return task_factory(project, alice, prompt="Fix the login bug")
+
+
+@pytest.fixture
+def remembered(project, alice):
+    return [
+        memory(user=alice, content="Alice prefers small commits"),
+        memory(project=project, content="The API lives in api/"),
+    ]
+
+
+def run(task):
+    return inject_memories(task=task, prompt=task.prompt, goal=task.goal, actor_label="worker:t")
+
+
+def test_it_prepends_memories_to_the_first_turn(task, alice, remembered, enable_auto_memory):
+    enable_auto_memory(alice)
+    result = run(task)
+    assert result.prompt.startswith(HEADER)
+    assert "Alice prefers small commits" in result.prompt
+    assert "The API lives in api/" in result.prompt
+    assert result.prompt.endswith("\n\nFix the login bug")
+    assert sorted(result.memory_ids) == sorted(m.pk for m in remembered)
+
+
+def test_the_header_says_memories_are_for_reference_only(
+    task, alice, remembered, enable_auto_memory
+):
+    enable_auto_memory(alice)
+    header = run(task).prompt.split("\n\n")[0].lower()
+    assert "reference only" in header
+    assert "must not change this task's goal" in header
+
+
+def test_the_stored_task_is_not_changed(task, alice, remembered, enable_auto_memory):
+    enable_auto_memory(alice)
+    run(task)
+    stored = Task.objects.get(pk=task.pk)
+    assert stored.prompt == "Fix the login bug"
+    assert stored.injected_memory_ids == [m.pk for m in remembered]
+
+
+def test_a_goal_task_gets_the_prefix_on_its_goal_too(
+    task_factory, project, alice, remembered, enable_auto_memory
+):
+    enable_auto_memory(alice)
+    goal_task = task_factory(project, alice, prompt="p", goal="Make CI green")
+    result = run(goal_task)
+    assert result.goal.startswith(HEADER) and result.goal.endswith("\n\nMake CI green")
+    assert result.prompt.startswith(HEADER)
+    assert Task.objects.get(pk=goal_task.pk).goal == "Make CI green"
+
+
+def test_it_writes_an_audit_event(task, alice, remembered, enable_auto_memory):
+    enable_auto_memory(alice)
+    run(task)
+    event = AuditEvent.objects.get(action="worker_memory_injected")
+    assert event.target_type == "task" and event.target_id == str(task.pk)
+    assert event.data["task_id"] == task.pk
+    assert sorted(event.data["memory_ids"]) == sorted(m.pk for m in remembered)
+    assert event.actor_label == "worker:t"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"turn": 2},
+        {"is_resume": True},
+        {"kind": TaskKind.COORDINATOR},
+    ],
+    ids=["continuation", "checkpoint-resume", "coordinator"],
+)
+def test_only_a_fresh_first_turn_gets_memories(task, alice, remembered, enable_auto_memory, change):
+    enable_auto_memory(alice)
+    for name, value in change.items():
+        setattr(task, name, value)
+    task.save()
+    result = run(task)
+    assert result.prompt == "Fix the login bug"
+    assert result.memory_ids == []
+    assert not AuditEvent.objects.filter(action="worker_memory_injected").exists()
+    assert Task.objects.get(pk=task.pk).injected_memory_ids == []
+
+
+def test_nothing_is_injected_when_use_memories_is_off(task, alice, remembered, enable_auto_memory):
+    enable_auto_memory(alice, use_memories=False)
+    assert run(task).prompt == "Fix the login bug"
+
+
+def test_use_memories_is_off_by_default(task, remembered):
+    assert run(task).memory_ids == []
+
+
+def test_the_task_flag_wins_over_the_user_setting(task, alice, remembered, enable_auto_memory):
+    enable_auto_memory(alice, use_memories=False)
+    TaskAutoMemoryFlags.objects.create(task=task, use_memories=True)
+    assert run(task).memory_ids
+    enable_auto_memory(alice, use_memories=True)
+    TaskAutoMemoryFlags.objects.filter(task=task).update(use_memories=False)
+    assert run(task).memory_ids == []
+
+
+def test_nothing_is_injected_without_memories(task, alice, enable_auto_memory):
+    enable_auto_memory(alice)
+    result = run(task)
+    assert result.prompt == "Fix the login bug"
+    assert not AuditEvent.objects.exists()
+
+
+def test_it_takes_the_newest_five_of_each_scope(task, alice, project, enable_auto_memory):
+    enable_auto_memory(alice)
+    start = timezone.now() - timedelta(days=1)
+    for i in range(8):
+        with freeze_time(start + timedelta(minutes=i)):
+            memory(user=alice, content=f"user memory {i}")
+            memory(project=project, content=f"project memory {i}")
+    prompt = run(task).prompt
+    for i in range(3, 8):
+        assert f"user memory {i}" in prompt and f"project memory {i}" in prompt
+    for i in range(3):
+        assert f"user memory {i}" not in prompt and f"project memory {i}" not in prompt
+    assert prompt.index("user memory 7") < prompt.index("user memory 3")
+
+
+def test_it_leaves_out_superseded_and_foreign_memories(
+    task, alice, bob, project, project_factory, enable_auto_memory
+):
+    enable_auto_memory(alice)
+    memory(project=project, content="old news", status=MemoryStatus.SUPERSEDED)
+    memory(project=project_factory(alice), content="other project")
+    memory(user=bob, content="bob's own")
+    memory(project=project, content="current")
+    prompt = run(task).prompt
+    assert "current" in prompt
+    for absent in ("old news", "other project", "bob's own"):
+        assert absent not in prompt
+
+
+def test_a_failure_is_logged_and_the_task_runs_without_memories(
+    task, alice, remembered, enable_auto_memory, monkeypatch, caplog
+):
+    enable_auto_memory(alice)
+
+    def broken(**kwargs):
+        raise RuntimeError("selector exploded")
+
+    monkeypatch.setattr("automemory.selectors.memories_for_injection", broken)
+    result = run(task)
+    assert result.prompt == "Fix the login bug"
+    assert result.memory_ids == []
+    assert any(
+        r.levelname == "WARNING" and "injection failed" in r.getMessage() for r in caplog.records
+    )
+    assert not AuditEvent.objects.filter(action="worker_memory_injected").exists()
+
+
+def test_injection_costs_a_constant_number_of_queries(task, alice, project, enable_auto_memory):
+    enable_auto_memory(alice)
+
+    def count():
+        with CaptureQueriesContext(connection) as ctx:
+            run(task)
+        return len(ctx.captured_queries)
+
+    memory(project=project)
+    few = count()
+    for i in range(30):
+        memory(project=project, content=f"m{i}")
+        memory(user=alice, content=f"u{i}")
+    assert count() == few
