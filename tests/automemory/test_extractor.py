@@ -409,7 +409,7 @@ def test_the_later_finished_task_keeps_the_active_memory_whatever_the_order(
         finished_ago=timedelta(hours=2),
         result_text="late " * 50,
     )
-    first, second = (late, early) if later_first else (early, late)
+    second = early if later_first else late
     TaskAutoMemoryFlags.objects.create(task=second, generate_memories=False)
     process_auto_memories(user=alice)
     TaskAutoMemoryFlags.objects.filter(task=second).update(generate_memories=True)
