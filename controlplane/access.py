@@ -83,10 +83,11 @@ def _check(role: str | None, action: str, what: str) -> None:
 
 
 def _parse_id(value) -> int | None:
-    try:
-        number = int(str(value))
-    except (TypeError, ValueError):
+    """A database id from a path segment: ASCII digits only, within a 64-bit key's range."""
+    text = str(value)
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
         return None
+    number = int(text)
     return number if 0 < number < 2**63 else None
 
 

@@ -1,0 +1,164 @@
+"""User-level and project-level memories through the API."""
+
+import pytest
+
+from controlplane.models import AuditEvent, IdentityMemory, MemoryScope, MemorySource
+
+from .helpers import post_json
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_user_remembers_something_about_themself(api_client_for, alice):
+    response = post_json(api_client_for(alice), "/users/me/memories", {"content": "I use vim."})
+
+    assert response.status_code == 201
+    body = response.json()
+    assert (body["scope"], body["source"], body["status"]) == ("user", "manual", "active")
+    assert body["source_thread_id"] is None
+    memory = IdentityMemory.objects.get(pk=body["id"])
+    assert (memory.user, memory.project, memory.created_by) == (alice, None, alice)
+    assert AuditEvent.objects.filter(action="memory_created", target_id=str(memory.pk)).exists()
+
+
+def test_a_user_lists_only_their_own_user_memories(
+    api_client_for, alice, bob, project, memory_factory
+):
+    mine = memory_factory(user=alice, content="mine")
+    memory_factory(user=bob, content="bob's")
+    memory_factory(project=project, content="project's")
+
+    body = api_client_for(alice).get("/users/me/memories").json()
+
+    assert [m["id"] for m in body["results"]] == [mine.pk]
+
+
+def test_a_member_adds_a_project_memory(api_client_for, project, bob):
+    response = post_json(
+        api_client_for(bob), f"/projects/{project.pk}/memories", {"content": "Deploy with make."}
+    )
+
+    assert response.status_code == 201
+    memory = IdentityMemory.objects.get(pk=response.json()["id"])
+    assert (memory.scope, memory.project, memory.source) == ("project", project, "manual")
+
+
+def test_project_memories_show_status_source_and_source_thread_id(
+    api_client_for, project, vera, task_factory, memory_factory
+):
+    task = task_factory(project, completed=True)
+    auto = memory_factory(project=project, source=MemorySource.AUTO, source_task=task, goal_key="k")
+    old = memory_factory(project=project, status="superseded")
+
+    body = api_client_for(vera).get(f"/projects/{project.pk}/memories").json()
+
+    rows = {m["id"]: m for m in body["results"]}
+    assert rows[auto.pk]["source"] == "auto"
+    assert rows[auto.pk]["source_thread_id"] == task.pk
+    assert rows[auto.pk]["status"] == "active"
+    assert rows[old.pk]["status"] == "superseded"
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("?status=active", {"manual-active", "auto-active"}),
+        ("?status=superseded", {"manual-old"}),
+        ("?source=auto", {"auto-active"}),
+        ("?source=manual&status=active", {"manual-active"}),
+        ("", {"manual-active", "auto-active", "manual-old"}),
+    ],
+)
+def test_project_memories_filter_by_status_and_source(
+    api_client_for, project, alice, task_factory, memory_factory, query, expected
+):
+    memory_factory(project=project, content="manual-active")
+    memory_factory(project=project, content="manual-old", status="superseded")
+    memory_factory(
+        project=project,
+        content="auto-active",
+        source="auto",
+        source_task=task_factory(project),
+        goal_key="g",
+    )
+
+    body = api_client_for(alice).get(f"/projects/{project.pk}/memories{query}").json()
+
+    assert {m["content"] for m in body["results"]} == expected
+
+
+@pytest.mark.parametrize("query", ["?status=gone", "?source=robot", "?status=%00"])
+def test_unknown_memory_filters_are_a_400(api_client_for, project, alice, query):
+    response = api_client_for(alice).get(f"/projects/{project.pk}/memories{query}")
+
+    assert response.status_code == 400
+
+
+def test_memories_of_another_project_are_not_listed(
+    api_client_for, project, project_factory, alice, memory_factory
+):
+    memory_factory(project=project_factory(alice, "other"), content="elsewhere")
+    here = memory_factory(project=project, content="here")
+
+    body = api_client_for(alice).get(f"/projects/{project.pk}/memories").json()
+
+    assert [m["id"] for m in body["results"]] == [here.pk]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"content": ""}, {"content": "  "}, {"content": 3}, {"content": "x" * 20_001}],
+)
+def test_bad_memory_content_is_refused(api_client_for, project, alice, snapshot, payload):
+    client = api_client_for(alice)
+    before = snapshot()
+
+    for path in ("/users/me/memories", f"/projects/{project.pk}/memories"):
+        response = post_json(client, path, payload)
+        assert response.status_code == 400
+        assert "content" in response.json()
+    assert snapshot() == before
+
+
+def test_a_user_forgets_their_own_memory(api_client_for, alice, memory_factory):
+    memory = memory_factory(user=alice)
+
+    response = api_client_for(alice).delete(f"/memories/{memory.pk}")
+
+    assert response.status_code == 204
+    assert not IdentityMemory.objects.filter(pk=memory.pk).exists()
+    assert AuditEvent.objects.filter(action="memory_deleted", target_id=str(memory.pk)).exists()
+
+
+def test_nobody_else_can_forget_a_users_memory(api_client_for, alice, bob, memory_factory):
+    memory = memory_factory(user=alice)
+
+    assert api_client_for(bob).delete(f"/memories/{memory.pk}").status_code == 404
+    assert IdentityMemory.objects.filter(pk=memory.pk).exists()
+
+
+def test_a_member_forgets_an_auto_memory_of_the_project(
+    api_client_for, project, bob, task_factory, memory_factory
+):
+    memory = memory_factory(
+        project=project,
+        scope=MemoryScope.PROJECT,
+        source="auto",
+        source_task=task_factory(project),
+        goal_key="g",
+    )
+
+    assert api_client_for(bob).delete(f"/memories/{memory.pk}").status_code == 204
+    assert not IdentityMemory.objects.filter(pk=memory.pk).exists()
+
+
+def test_a_viewer_cannot_forget_a_project_memory(api_client_for, project, vera, memory_factory):
+    memory = memory_factory(project=project)
+
+    assert api_client_for(vera).delete(f"/memories/{memory.pk}").status_code == 403
+    assert IdentityMemory.objects.filter(pk=memory.pk).exists()
+
+
+@pytest.mark.parametrize("memory_id", ["999999", "abc", "1e3", "-1", "99999999999999999999999"])
+def test_deleting_an_unknown_memory_is_a_404(api_client_for, alice, memory_id):
+    assert api_client_for(alice).delete(f"/memories/{memory_id}").status_code == 404
