@@ -137,6 +137,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "TaskStatusEnum": "controlplane.models.TaskStatus",
+        "MemoryStatusEnum": "controlplane.models.MemoryStatus",
+    },
 }
 
 # --- Host control plane -------------------------------------------------------------------

@@ -7,7 +7,7 @@ permission); this module only says which permission each action needs.
 from django.contrib.auth import get_user_model
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
@@ -49,9 +49,33 @@ def _id_parameter(name: str, what: str) -> OpenApiParameter:
     )
 
 
+PAGING = [
+    OpenApiParameter("page", OpenApiTypes.INT, description="Page number (from 1)."),
+    OpenApiParameter("page_size", OpenApiTypes.INT, description="Rows per page (at most 200)."),
+]
 PROJECT_ID = _id_parameter("project_id", "Project")
 TASK_ID = _id_parameter("task_id", "Task")
 MEMORY_ID = _id_parameter("memory_id", "Memory")
+
+
+def paginated(serializer_class) -> type[serializers.Serializer]:
+    """The schema of a page of `serializer_class`: `{count, next, previous, results}`."""
+    name = "Paginated" + serializer_class.__name__.removesuffix("Output") + "List"
+    if name not in _PAGE_SERIALIZERS:
+        _PAGE_SERIALIZERS[name] = type(
+            name,
+            (serializers.Serializer,),
+            {
+                "count": serializers.IntegerField(),
+                "next": serializers.URLField(allow_null=True),
+                "previous": serializers.URLField(allow_null=True),
+                "results": serializer_class(many=True),
+            },
+        )
+    return _PAGE_SERIALIZERS[name]
+
+
+_PAGE_SERIALIZERS: dict[str, type[serializers.Serializer]] = {}
 
 
 def _validated(serializer_class, data) -> dict:
@@ -67,7 +91,8 @@ class ProjectListView(APIView):
     @extend_schema(
         operation_id="projects_list",
         summary="Projects the caller is a member of",
-        responses={200: s.ProjectOutput(many=True), **_errors(401)},
+        parameters=PAGING,
+        responses={200: paginated(s.ProjectOutput), **_errors(401)},
     )
     def get(self, request: Request) -> Response:
         return paginated_response(
@@ -105,7 +130,8 @@ class ProjectMembersView(APIView):
     @extend_schema(
         operation_id="projects_members_list",
         summary="Members of a project and their roles",
-        responses={200: s.MembershipOutput(many=True), **_errors(401, 404)},
+        parameters=PAGING,
+        responses={200: paginated(s.MembershipOutput), **_errors(401, 404)},
     )
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
@@ -144,8 +170,8 @@ class ProjectTasksView(APIView):
     @extend_schema(
         operation_id="projects_tasks_list",
         summary="Tasks of a project, newest first",
-        parameters=[s.TaskFilterInput],
-        responses={200: s.TaskSummaryOutput(many=True), **_errors(400, 401, 404)},
+        parameters=[*PAGING, s.TaskFilterInput],
+        responses={200: paginated(s.TaskSummaryOutput), **_errors(400, 401, 404)},
     )
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
@@ -202,7 +228,8 @@ class TaskFollowupsView(APIView):
     @extend_schema(
         operation_id="tasks_followups_list",
         summary="Messages delivered to a task",
-        responses={200: s.FollowupOutput(many=True), **_errors(401, 404)},
+        parameters=PAGING,
+        responses={200: paginated(s.FollowupOutput), **_errors(401, 404)},
     )
     def get(self, request: Request, task_id: str) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=READ)
@@ -230,8 +257,8 @@ class MyMemoriesView(APIView):
     @extend_schema(
         operation_id="users_me_memories_list",
         summary="The caller's user-level memories",
-        parameters=[s.MemoryFilterInput],
-        responses={200: s.MemoryOutput(many=True), **_errors(400, 401)},
+        parameters=[*PAGING, s.MemoryFilterInput],
+        responses={200: paginated(s.MemoryOutput), **_errors(400, 401)},
     )
     def get(self, request: Request) -> Response:
         filters = _validated(s.MemoryFilterInput, request.query_params)
@@ -255,8 +282,8 @@ class ProjectMemoriesView(APIView):
     @extend_schema(
         operation_id="projects_memories_list",
         summary="A project's memories (manual and auto, active and superseded)",
-        parameters=[s.MemoryFilterInput],
-        responses={200: s.MemoryOutput(many=True), **_errors(400, 401, 404)},
+        parameters=[*PAGING, s.MemoryFilterInput],
+        responses={200: paginated(s.MemoryOutput), **_errors(400, 401, 404)},
     )
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)

@@ -1,0 +1,114 @@
+"""The OpenAPI schema, the offline API page and the admin pages."""
+
+import pytest
+from django.contrib.staticfiles import finders
+
+from controlplane.models import AuditEvent, IdentityMemory, MemorySource
+
+pytestmark = pytest.mark.django_db
+
+HOST_PATHS = [
+    "/projects",
+    "/projects/{project_id}",
+    "/projects/{project_id}/members",
+    "/projects/{project_id}/tasks",
+    "/projects/{project_id}/memories",
+    "/tasks/{task_id}",
+    "/tasks/{task_id}/continue",
+    "/tasks/{task_id}/followups",
+    "/users/me/memories",
+    "/users/me/quota",
+    "/users/{username}/quota",
+    "/memories/{memory_id}",
+]
+
+
+def test_the_schema_lists_every_host_endpoint(client):
+    response = client.get("/api/schema", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+
+    assert response.status_code == 200
+    schema = response.json()
+    for path in HOST_PATHS:
+        assert path in schema["paths"], path
+    task_create = schema["paths"]["/projects/{project_id}/tasks"]["post"]
+    assert "201" in task_create["responses"]
+    assert schema["paths"]["/tasks/{task_id}"]["get"]["parameters"][0]["schema"]["type"] == (
+        "integer"
+    )
+
+
+def test_list_endpoints_are_documented_as_pages(client):
+    schema = client.get("/api/schema", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+
+    page = schema["components"]["schemas"]["PaginatedTaskSummaryList"]
+    assert set(page["properties"]) == {"count", "next", "previous", "results"}
+
+
+def test_the_api_page_uses_bundled_assets(client):
+    response = client.get("/api/docs")
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
+    assert "cdn.jsdelivr.net" not in html and "unpkg.com" not in html
+    assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+
+
+@pytest.fixture
+def admin_client_logged_in(client, user_factory):
+    admin = user_factory("root", is_staff=True)
+    admin.is_superuser = True
+    admin.save()
+    client.force_login(admin)
+    return client
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["project", "membership", "task", "taskfollowup", "taskevent", "quota", "identitymemory"],
+)
+def test_every_host_model_has_admin_pages(admin_client_logged_in, model):
+    assert admin_client_logged_in.get(f"/admin/controlplane/{model}/").status_code == 200
+    assert admin_client_logged_in.get(f"/admin/controlplane/{model}/add/").status_code == 200
+
+
+def test_the_memory_admin_shows_the_source_task_and_filters(
+    admin_client_logged_in, project, task_factory
+):
+    task = task_factory(project, completed=True)
+    memory = IdentityMemory.objects.create(
+        scope="project",
+        project=project,
+        content="Use the staging DB",
+        source=MemorySource.AUTO,
+        source_task=task,
+        goal_key="g",
+    )
+
+    listing = admin_client_logged_in.get(
+        "/admin/controlplane/identitymemory/?source__exact=auto&q=staging"
+    )
+    detail = admin_client_logged_in.get(f"/admin/controlplane/identitymemory/{memory.pk}/change/")
+
+    assert listing.status_code == 200
+    assert "Use the staging DB" in listing.content.decode()
+    assert f"task {task.pk}" in listing.content.decode()
+    assert detail.status_code == 200
+
+
+def test_the_audit_log_admin_is_read_only(admin_client_logged_in, alice):
+    event = AuditEvent.objects.create(action="task_created", actor=alice, target_type="task")
+
+    assert admin_client_logged_in.get("/admin/controlplane/auditevent/").status_code == 200
+    assert admin_client_logged_in.get("/admin/controlplane/auditevent/add/").status_code == 403
+    change = admin_client_logged_in.post(
+        f"/admin/controlplane/auditevent/{event.pk}/change/", {"action": "edited"}
+    )
+    delete = admin_client_logged_in.post(
+        f"/admin/controlplane/auditevent/{event.pk}/delete/", {"post": "yes"}
+    )
+
+    assert change.status_code == 403
+    assert delete.status_code == 403
+    event.refresh_from_db()
+    assert event.action == "task_created"
