@@ -742,8 +742,12 @@ def _lowered(text: str) -> str:
     return lower
 
 
-def find_secrets(text: str) -> list[tuple[str, int, int]]:
-    """Return ``(rule_name, start, end)`` for each secret, merged and sorted by position."""
+def find_secrets(text: str, *, merge: bool = True) -> list[tuple[str, int, int]]:
+    """Return ``(rule_name, start, end)`` for each secret, sorted by position.
+
+    Overlapping findings are merged into one span (named after the first rule) unless
+    ``merge`` is false, in which case every rule's own finding is returned.
+    """
     if not text:
         return []
     lower = _lowered(text)
@@ -752,6 +756,8 @@ def find_secrets(text: str) -> list[tuple[str, int, int]]:
     for rule in RULES:
         _scan_rule(rule, text, lower, first, found)
     found.sort(key=lambda f: (f[1], -f[2]))
+    if not merge:
+        return found
     merged: list[tuple[str, int, int]] = []
     for name, start, end in found:
         if merged and start < merged[-1][2]:

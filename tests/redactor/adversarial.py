@@ -1,0 +1,54 @@
+"""Adversarial inputs for the redactor: each builds a string of about ``n`` characters
+designed to make a careless regex backtrack (keyword followed by a huge run, unterminated
+structures, dense repetition of anchors)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def _rep(unit: str, n: int) -> str:
+    return unit * max(1, n // len(unit))
+
+
+ADVERSARIAL: dict[str, Callable[[int], str]] = {
+    "password= then spaces": lambda n: "password=" + " " * n,
+    "password: then spaces then x": lambda n: "password:" + " " * n + "x",
+    "run of one letter": lambda n: "a" * n,
+    "run of backslashes": lambda n: "\\" * n,
+    "run of newlines": lambda n: "\n" * n,
+    '"token": " then backslashes': lambda n: '"token": "' + "\\" * n,
+    "password=' unterminated": lambda n: "password='" + "a" * n,
+    'password=" repeated': lambda n: _rep('password="', n),
+    "token= repeated": lambda n: _rep("token=", n),
+    "api_key= repeated": lambda n: _rep("api_key=", n),
+    "key repeated": lambda n: _rep("key", n),
+    "pass repeated": lambda n: _rep("pass", n),
+    "secret_key then spaces, repeated": lambda n: _rep("secret_key" + " " * 50, n),
+    "x-api-key: then long value": lambda n: "x-api-key: " + "a1" * (n // 2),
+    "PEM header unterminated, base64 body": lambda n: "-----BEGIN PRIVATE KEY-----\n" + "A" * n,
+    "PEM header repeated": lambda n: _rep("-----BEGIN PRIVATE KEY-----", n),
+    "PEM header then spaces": lambda n: "-----BEGIN RSA PRIVATE KEY-----" + " " * n,
+    "URL postgres://a:a:a:...": lambda n: "postgres://a" + ":a" * (n // 2),
+    "URL :// repeated": lambda n: _rep("://", n),
+    "URL ://a: repeated": lambda n: _rep("://a:", n),
+    "URL user:@@@@": lambda n: "https://u:" + "@" * n,
+    "Bearer repeated": lambda n: _rep("Bearer ", n),
+    "Authorization: repeated": lambda n: _rep("Authorization: ", n),
+    "Authorization: Bearer then long run": lambda n: "Authorization: Bearer " + "a" * n,
+    "eyJ repeated": lambda n: _rep("eyJ", n),
+    "eyJ then a.a.a.": lambda n: "eyJ" + "a." * (n // 2),
+    "JWT-like with huge segments": lambda n: "eyJ" + "a" * (n // 2) + ".eyJ" + "b" * (n // 2),
+    "sk- then long run": lambda n: "sk-" + "a" * n,
+    "sk- repeated": lambda n: _rep("sk-", n),
+    "ghp_ then long run": lambda n: "ghp_" + "a" * n,
+    "digits:AA repeated": lambda n: _rep("1234567890:AA", n),
+    "curl -u repeated": lambda n: "curl" + _rep(" -u a:b", n),
+    "netrc login repeated": lambda n: "machine x " + _rep("login a ", n),
+    "--password repeated": lambda n: _rep("--password ", n),
+    "slack webhook then long run": lambda n: "hooks.slack.com/services/" + "A" * n,
+    "?sig= repeated": lambda n: _rep("?sig=", n),
+    "AccountKey= then long run": lambda n: "AccountKey=" + "A" * n,
+    "aws_secret then underscores": lambda n: "aws_secret" + "_" * n,
+    "quotes mixed": lambda n: _rep("'\"`", n),
+}
