@@ -128,16 +128,16 @@ class Task(models.Model):
             models.Index(
                 fields=["heartbeat_at"], name="task_running_hb_idx", condition=Q(status="running")
             ),
-            # The memory sweep scans completed tasks by finish time, and reads the tasks
-            # that changed since its last round in (updated_at, id) order.
-            models.Index(fields=["status", "finished_at"], name="task_status_finished_idx"),
+            # The memory sweep reads the completed tasks that changed since its last round,
+            # in (updated_at, id) order.
             models.Index(
                 fields=["updated_at", "id"],
                 name="task_completed_updated_idx",
                 condition=Q(status="completed"),
             ),
             models.Index(fields=["project", "id"], name="task_project_idx"),
-            models.Index(fields=["user", "created_at"], name="task_user_created_idx"),
+            # A user's spend this month: an index-only sum of costs by creation time.
+            models.Index(fields=["user", "created_at", "cost_usd"], name="task_user_spend_idx"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(turn__gte=1), name="task_turn_positive"),

@@ -190,14 +190,17 @@ def _global_candidates(*, force: bool, limit: int):
     )
     fresh_tasks = list(fresh.order_by("updated_at", "id")[:limit])
 
-    retry = Q(outcome=Outcome.SKIPPED, reason__in=TRANSIENT_REASONS) | Q(recheck=True)
-    retry |= Q(outcome=Outcome.ERROR, attempts__lt=MAX_ERROR_ATTEMPTS)
     if force:
-        retry |= Q(outcome=Outcome.SKIPPED, reason__in=STABLE_REASONS)
+        retry = AutoMemoryLog.objects.exclude(outcome=Outcome.EXTRACTED)
+    else:
+        # The retry set's partial index predicate, spelled as in the index so it is used.
+        retry = AutoMemoryLog.objects.filter(
+            Q(outcome=Outcome.ERROR)
+            | Q(outcome=Outcome.SKIPPED, reason__in=TRANSIENT_REASONS)
+            | Q(recheck=True)
+        ).exclude(outcome=Outcome.ERROR, attempts__gte=MAX_ERROR_ATTEMPTS)
     retry_ids = set(
-        AutoMemoryLog.objects.filter(retry)
-        .order_by("last_attempt_at")
-        .values_list("task_id", flat=True)[:limit]
+        retry.order_by("last_attempt_at").values_list("task_id", flat=True)[:limit]
     ) - {task.pk for task in fresh_tasks}
     retry_tasks = list(completed.filter(_not_extracted(), pk__in=retry_ids)) if retry_ids else []
 

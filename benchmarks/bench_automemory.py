@@ -1,0 +1,251 @@
+"""Benchmark: the auto memory sweep and injection, with and without a large history.
+
+Prints, from one run on one database:
+- the global sweep over 50 pending tasks with an empty history, then with 50,000 tasks
+  already extracted or switched off: milliseconds (median) and queries, and their ratios;
+- the injection of memories into a first turn with 10 memories stored, then 20,000:
+  milliseconds (median) and queries, and their ratios.
+
+    python benchmarks/bench_automemory.py                       # a throwaway SQLite file
+    python benchmarks/bench_automemory.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+
+With --postgres a throwaway database is created next to the one named and dropped at the end.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BASE_DIR))
+
+HISTORY = 50_000
+PENDING = 50
+MEMORIES = 20_000
+REPEATS = 7
+
+
+def setup_database(args) -> tuple[str, callable]:
+    if not args.postgres:
+        path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
+        return f"sqlite:///{path}", lambda: None
+    import psycopg
+
+    base, _, _ = args.postgres.rpartition("/")
+    name = f"bench_automemory_{os.getpid()}"
+    with psycopg.connect(args.postgres, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop():
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(args.postgres, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+    return f"{base}/{name}", drop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    args = parser.parse_args()
+    url, cleanup = setup_database(args)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    try:
+        run()
+    finally:
+        cleanup()
+
+
+def run() -> None:
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    print(f"database: {connection.vendor}")
+    fixture = Fixture()
+    empty = fixture.measure_sweep()
+    fixture.add_history()
+    loaded = fixture.measure_sweep()
+    report("sweep of 50 pending tasks", "empty history", empty, f"{HISTORY:,} done", loaded)
+
+    few = fixture.measure_injection()
+    fixture.add_memories()
+    many = fixture.measure_injection()
+    report("injection into a first turn", "10 memories", few, f"{MEMORIES:,} memories", many)
+
+
+def report(title, label_a, a, label_b, b) -> None:
+    (ms_a, q_a), (ms_b, q_b) = a, b
+    print(f"{title}:")
+    print(f"  {label_a:>16}: {ms_a:8.2f} ms, {q_a} queries")
+    print(f"  {label_b:>16}: {ms_b:8.2f} ms, {q_b} queries")
+    print(f"  ratio: time x{ms_b / ms_a:.2f}, queries x{q_b / q_a:.2f}")
+
+
+class Fixture:
+    def __init__(self):
+        from django.contrib.auth import get_user_model
+
+        from automemory.models import AutoMemorySettings
+        from controlplane.models import Membership, Project
+
+        users = get_user_model().objects
+        self.on = users.create_user("bench-on")
+        self.off = users.create_user("bench-off")
+        AutoMemorySettings.objects.create(user=self.on, generate_memories=True, use_memories=True)
+        self.project = Project.objects.create(name="bench", created_by=self.on)
+        Membership.objects.create(project=self.project, user=self.on, role="owner")
+        Membership.objects.create(project=self.project, user=self.off, role="member")
+        self.serial = 0
+
+    def completed_tasks(self, user, count, *, prompt=None):
+        from django.utils import timezone
+
+        from controlplane.models import Task
+
+        finished = timezone.now() - timedelta(hours=2)
+        tasks = []
+        for _ in range(count):
+            self.serial += 1
+            tasks.append(
+                Task(
+                    project=self.project,
+                    user=user,
+                    prompt=prompt or f"Goal {self.serial}",
+                    status="completed",
+                    started_at=finished - timedelta(minutes=5),
+                    finished_at=finished,
+                    result_text=f"Result of task {self.serial}. " * 20,
+                )
+            )
+        return Task.objects.bulk_create(tasks, batch_size=2000)
+
+    def measure_sweep(self):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from automemory.services.extractor import process_auto_memories
+
+        process_auto_memories()  # settle anything left from set-up
+        timings, queries = [], []
+        for _ in range(REPEATS):
+            self.completed_tasks(self.on, PENDING)
+            with CaptureQueriesContext(connection) as ctx:
+                start = time.perf_counter()
+                summary = process_auto_memories()
+                timings.append((time.perf_counter() - start) * 1000)
+            assert summary.extracted == PENDING, summary
+            queries.append(len(ctx.captured_queries))
+        return statistics.median(timings), statistics.median(queries)
+
+    def add_history(self):
+        """50,000 tasks as earlier rounds leave them: half extracted, half switched off."""
+        from django.db import connection
+        from django.utils import timezone
+
+        from automemory.models import AutoMemoryLog, SweepState
+        from automemory.services.content import goal_key
+        from controlplane.models import IdentityMemory
+
+        now = timezone.now()
+        half = HISTORY // 2
+        extracted = self.completed_tasks(self.on, half)
+        memories = IdentityMemory.objects.bulk_create(
+            [
+                IdentityMemory(
+                    scope="project",
+                    project=self.project,
+                    content=t.prompt,
+                    source="auto",
+                    source_task=t,
+                    goal_key=goal_key(t),
+                    source_finished_at=t.finished_at,
+                )
+                for t in extracted
+            ],
+            batch_size=2000,
+        )
+        switched_off = self.completed_tasks(self.off, half)
+        logs = [
+            AutoMemoryLog(
+                task=t,
+                user_id=t.user_id,
+                outcome="extracted",
+                reason="new",
+                memory=m,
+                first_attempt_at=now,
+                last_attempt_at=now,
+            )
+            for t, m in zip(extracted, memories, strict=True)
+        ] + [
+            AutoMemoryLog(
+                task=t,
+                user_id=t.user_id,
+                outcome="skipped",
+                reason="generate_disabled",
+                first_attempt_at=now,
+                last_attempt_at=now,
+            )
+            for t in switched_off
+        ]
+        AutoMemoryLog.objects.bulk_create(logs, batch_size=2000)
+        last = switched_off[-1]
+        last.refresh_from_db()
+        SweepState.objects.filter(name="global").update(
+            cursor_updated_at=last.updated_at, cursor_task_id=last.pk
+        )
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+
+    def measure_injection(self):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from automemory.services.injector import inject_memories
+        from controlplane.models import IdentityMemory, Task
+
+        if not IdentityMemory.objects.filter(scope="user").exists():
+            for i in range(5):
+                IdentityMemory.objects.create(scope="user", user=self.on, content=f"pref {i}")
+        task = Task.objects.create(project=self.project, user=self.on, prompt="New work")
+        timings, queries = [], []
+        for _ in range(REPEATS):
+            with CaptureQueriesContext(connection) as ctx:
+                start = time.perf_counter()
+                result = inject_memories(task=task, prompt=task.prompt, goal=None)
+                timings.append((time.perf_counter() - start) * 1000)
+            assert len(result.memory_ids) == 10, result
+            queries.append(len(ctx.captured_queries))
+        return statistics.median(timings), statistics.median(queries)
+
+    def add_memories(self):
+        from controlplane.models import IdentityMemory
+
+        IdentityMemory.objects.bulk_create(
+            [
+                IdentityMemory(scope="project", project=self.project, content=f"fact {i}")
+                for i in range(MEMORIES)
+            ]
+            + [
+                IdentityMemory(scope="user", user=self.on, content=f"pref {i}")
+                for i in range(MEMORIES // 10)
+            ],
+            batch_size=2000,
+        )
+
+
+if __name__ == "__main__":
+    main()
