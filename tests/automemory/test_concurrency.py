@@ -34,12 +34,17 @@ def database_url() -> str:
 
 
 def start_sweep(username: str | None) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE":
-           "controlplane.settings", "LOG_LEVEL": "WARNING"}
-    code = "import django; django.setup(); exec(compile(%r, 'sweep', 'exec'))" % SWEEP
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "LOG_LEVEL": "WARNING",
+    }
+    code = f"import django; django.setup(); exec({SWEEP!r})"
     args = [sys.executable, "-c", code] + ([username] if username else [])
-    return subprocess.Popen(args, cwd=BASE_DIR, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        args, cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 @pytest.mark.postgres
@@ -52,8 +57,9 @@ def test_concurrent_sweeps_write_one_memory_per_task_and_one_active_per_goal(
     for index in range(2):
         project = Project.objects.create(name=f"p{index}", created_by=users[0])
         for user in users:
-            Membership.objects.create(project=project, user=user,
-                                      role=Role.OWNER if user == users[0] else Role.MEMBER)
+            Membership.objects.create(
+                project=project, user=user, role=Role.OWNER if user == users[0] else Role.MEMBER
+            )
         projects.append(project)
     for user in users:
         AutoMemorySettings.objects.create(user=user, generate_memories=True)
@@ -61,16 +67,22 @@ def test_concurrent_sweeps_write_one_memory_per_task_and_one_active_per_goal(
     tasks = []
     for i in range(120):
         finished = now - timedelta(hours=2, seconds=i)
-        tasks.append(Task(
-            project=projects[i % 2], user=users[i % 3], prompt=f"Goal number {i % 7}\nbody",
-            status=TaskStatus.COMPLETED, started_at=finished - timedelta(minutes=3),
-            finished_at=finished, result_text=f"result {i} " * 40,
-        ))
+        tasks.append(
+            Task(
+                project=projects[i % 2],
+                user=users[i % 3],
+                prompt=f"Goal number {i % 7}\nbody",
+                status=TaskStatus.COMPLETED,
+                started_at=finished - timedelta(minutes=3),
+                finished_at=finished,
+                result_text=f"result {i} " * 40,
+            )
+        )
     Task.objects.bulk_create(tasks)
 
     processes = [start_sweep(None) for _ in range(3)] + [start_sweep(u.username) for u in users]
     for process in processes:
-        out, err = process.communicate(timeout=240)
+        _, err = process.communicate(timeout=240)
         assert process.returncode == 0, err[-3000:]
 
     auto = IdentityMemory.objects.filter(source="auto")
