@@ -74,7 +74,9 @@ class SweepSummary:
     scanned: int = 0
     extracted: int = 0
     superseded: int = 0
-    skipped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SKIP_REASONS, 0))
+    skipped: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys((reason.value for reason in SKIP_REASONS), 0)
+    )
     errors: int = 0
     forced: bool = False
 
@@ -83,7 +85,7 @@ class SweepSummary:
             "scanned": self.scanned,
             "extracted": self.extracted,
             "superseded": self.superseded,
-            "skipped": {str(reason): count for reason, count in self.skipped.items()},
+            "skipped": dict(self.skipped),
             "errors": self.errors,
             "forced": self.forced,
         }
@@ -199,9 +201,9 @@ def _global_candidates(*, force: bool, limit: int):
             | Q(outcome=Outcome.SKIPPED, reason__in=TRANSIENT_REASONS)
             | Q(recheck=True)
         ).exclude(outcome=Outcome.ERROR, attempts__gte=MAX_ERROR_ATTEMPTS)
-    retry_ids = set(
-        retry.order_by("last_attempt_at").values_list("task_id", flat=True)[:limit]
-    ) - {task.pk for task in fresh_tasks}
+    retry_ids = set(retry.order_by("last_attempt_at").values_list("task_id", flat=True)[:limit]) - {
+        task.pk for task in fresh_tasks
+    }
     retry_tasks = list(completed.filter(_not_extracted(), pk__in=retry_ids)) if retry_ids else []
 
     def advance_cursor() -> None:
@@ -304,7 +306,8 @@ def _process_batch(tasks: list[Task], *, now: datetime, force: bool, summary: Sw
     summary.scanned += len(tasks)
     for verdict in verdicts.values():
         if verdict.outcome == Outcome.SKIPPED:
-            summary.skipped[verdict.reason] = summary.skipped.get(verdict.reason, 0) + 1
+            reason = str(verdict.reason)
+            summary.skipped[reason] = summary.skipped.get(reason, 0) + 1
         elif verdict.outcome == Outcome.ERROR:
             summary.errors += 1
 
