@@ -295,16 +295,24 @@ def _validate_url(m: re.Match[str], text: str) -> bool:
     return not _is_placeholder(pw)
 
 
+def _near_before(text: str, start: int, words: tuple[str, ...], span: int) -> bool:
+    """True if one of ``words`` occurs on the same line within ``span`` chars before ``start``."""
+    lo = max(0, start - span)
+    lo = max(lo, text.rfind("\n", lo, start) + 1)
+    return any(text.find(w, lo, start) != -1 for w in words)
+
+
 def _validate_curl(m: re.Match[str], text: str) -> bool:
-    start = m.start()
-    line_start = text.rfind("\n", max(0, start - 1000), start) + 1
-    window = text[max(line_start, start - 1000) : start].lower()
-    return "curl" in window and not _is_placeholder(m.group("secret"))
+    return _near_before(text, m.start(), ("curl", "CURL"), 1000) and not _is_placeholder(
+        m.group("secret")
+    )
 
 
 def _validate_netrc(m: re.Match[str], text: str) -> bool:
-    window = text[max(0, m.start() - 300) : m.start()].lower()
-    return ("machine" in window or "default" in window) and not _is_placeholder(m.group("secret"))
+    # .netrc entries may span lines: look back a few lines for the machine/default token.
+    lo = max(0, m.start() - 300)
+    near = any(text.find(w, lo, m.start()) != -1 for w in ("machine", "default"))
+    return near and not _is_placeholder(m.group("secret"))
 
 
 def _validate_generic(m: re.Match[str], text: str) -> bool:
@@ -526,13 +534,13 @@ RULES: tuple[Rule, ...] = (
     _token(
         "anthropic-key",
         "Anthropic API / admin keys sk-ant-",
-        ("sk",),
+        ("sk-",),
         r"sk-ant-[A-Za-z0-9_-]{32,255}+",
     ),
     _token(
         "openai-key",
         "OpenAI and generic sk- keys: sk-, sk-proj-, sk-svcacct-, sk-admin-",
-        ("sk",),
+        ("sk-",),
         r"sk-[A-Za-z0-9_-]{20,255}+",
     ),
     _token(
@@ -545,7 +553,7 @@ RULES: tuple[Rule, ...] = (
         "stripe-key",
         "Stripe secret and restricted keys sk_live_, sk_test_, rk_live_, rk_test_, "
         "webhook secret whsec_",
-        ("sk", "rk_", "whsec_"),
+        ("sk_", "rk_", "whsec_"),
         r"(?:[sr]k_(?:live|test)_[A-Za-z0-9]{16,255}+|whsec_[A-Za-z0-9]{24,255}+)",
     ),
     _token(
