@@ -412,7 +412,8 @@ RULES: tuple[Rule, ...] = (
         "--password VALUE / --token VALUE command-line flags",
         ("--",),
         _r(
-            r"""--(?P<flag>[a-z-]{0,30}?(?:password|passwd|pass|token|secret|api-key|apikey))
+            r"""(?<![\w-])--(?=[a-z])
+            (?P<flag>[a-z-]{0,30}?(?:password|passwd|pass|token|secret|api-key|apikey))
             [ \t]{1,4}(?:["'](?P<q>[^"'\n]{1,256}+)["']|(?P<u>[^\s"']{3,256}+))""",
             re.IGNORECASE,
         ),
