@@ -112,3 +112,10 @@ def test_the_audit_log_admin_is_read_only(admin_client_logged_in, alice):
     assert delete.status_code == 403
     event.refresh_from_db()
     assert event.action == "task_created"
+
+
+def test_the_root_leads_to_the_api_page(client):
+    response = client.get("/")
+
+    assert response.status_code == 302
+    assert response["Location"] == "/api/docs"

@@ -25,7 +25,7 @@ class Command(BaseCommand):
         commands = {"api": [*manage, "runserver", addrport, "--noreload"]}
         if not no_worker:
             commands["worker"] = [*manage, "run_worker"]
-        self.stdout.write(f"API:        http://{addrport}/  (docs: http://{addrport}/api/docs)")
+        self.stdout.write(f"API:        http://{addrport}/  (interactive page: /api/docs)")
         self.stdout.write(f"Admin:      http://{addrport}/admin/  (demo / demo)")
         self.stdout.write(f"Demo token: {demo.token}")
         self.stdout.write("Press Ctrl-C to stop.")
