@@ -166,11 +166,11 @@ class Worker:
             max_tasks = self.round_max_tasks
         started = time.monotonic()
         report = RoundReport()
-        close_old_connections()
+        _refresh_connections()
         report.recovered = self.recover_stale()
         services.worker_seen(worker_id=self.worker_id)
         while not self.stopping and (max_tasks is None or len(report.runs) < max_tasks):
-            close_old_connections()
+            _refresh_connections()
             task = self.claim_one(queued_before=queued_before)
             if task is None:
                 break
@@ -370,6 +370,15 @@ class Worker:
         except Exception:
             logger.warning("could not mark worker %s stopped", self.worker_id, exc_info=True)
         logger.info("worker %s stopped", self.worker_id)
+
+
+def _refresh_connections() -> None:
+    """Drop broken or expired connections, as Django does between requests.
+
+    Never inside an atomic block: the caller's transaction (a test's) owns the connection.
+    """
+    if not connection.in_atomic_block:
+        close_old_connections()
 
 
 def _setting(value, name: str):

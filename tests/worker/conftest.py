@@ -133,9 +133,7 @@ class SharedDatabase:
             ]
         )
         if tasks and tasks[0].pk is None:  # backends that do not return ids
-            return list(
-                Task.objects.using(db).filter(project=project).values_list("id", flat=True)
-            )
+            return list(Task.objects.using(db).filter(project=project).values_list("id", flat=True))
         return [task.pk for task in tasks]
 
     def tasks(self):
@@ -173,9 +171,12 @@ def _migrated_sqlite_template(tmp_path_factory, django_db_setup, django_db_block
 
 @pytest.fixture
 def shared_db(request, tmp_path, django_db_blocker):
-    """On PostgreSQL: the test database itself (transactional). On SQLite: a migrated file."""
+    """On PostgreSQL: the test database itself. On SQLite: a migrated file under tmp_path.
+
+    Tests using it are marked `django_db(transaction=True)`: their writes must be committed
+    for the worker processes to see them, and the test database is flushed afterwards.
+    """
     if connection.vendor == "postgresql":
-        request.getfixturevalue("transactional_db")
         yield SharedDatabase(alias="default", url=_postgres_url(connection.settings_dict))
         return
     template = request.getfixturevalue("_migrated_sqlite_template")

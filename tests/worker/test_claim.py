@@ -89,7 +89,10 @@ def test_a_resume_keeps_the_turn_start_time(project, task_factory):
 def test_a_new_turn_gets_a_new_start_time(project, task_factory):
     old_start = timezone.now() - timedelta(days=1)
     task = task_factory(
-        project, turn=2, continuation_prompt="now add tests", started_at=old_start,
+        project,
+        turn=2,
+        continuation_prompt="now add tests",
+        started_at=old_start,
         finished_at=old_start + timedelta(minutes=5),
     )
 

@@ -45,9 +45,7 @@ def test_run_once_registers_and_unregisters_the_worker(worker):
     assert process.executor == "echo"
 
 
-def test_each_task_run_is_logged_with_outcome_and_duration(
-    project, task_factory, worker, caplog
-):
+def test_each_task_run_is_logged_with_outcome_and_duration(project, task_factory, worker, caplog):
     task = task_factory(project)
     with caplog.at_level(logging.INFO, logger="worker.loop"):
         worker.run_once()
@@ -105,17 +103,16 @@ def test_the_poll_sleep_ends_on_a_signal(worker_factory):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_heartbeat_thread_beats_while_the_executor_runs(project, task_factory,
-                                                             worker_factory):
+def test_the_heartbeat_thread_beats_while_the_executor_runs(project, task_factory, worker_factory):
     task = task_factory(project)
     beats = []
 
     def slow(request, control):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and len(beats) < 2:
-            value = Task.objects.filter(pk=request.task_id).values_list(
-                "heartbeat_at", flat=True
-            )[0]
+            value = Task.objects.filter(pk=request.task_id).values_list("heartbeat_at", flat=True)[
+                0
+            ]
             if value not in beats:
                 beats.append(value)
             time.sleep(0.02)

@@ -98,8 +98,9 @@ def test_the_old_worker_cannot_finish_a_recovered_task(project, task_factory):
     assert task.result_text == ""
 
 
-def test_the_worker_runs_a_recovered_task_as_a_resume(project, task_factory, worker_factory,
-                                                      spy_executor, memory_hooks):
+def test_the_worker_runs_a_recovered_task_as_a_resume(
+    project, task_factory, worker_factory, spy_executor, memory_hooks
+):
     with freeze_time("2026-03-02 10:00:00"):
         task = _claimed(project, task_factory, prompt="Fix the login bug")
         first_start = timezone.now()

@@ -55,7 +55,12 @@ def test_the_executor_gets_the_whole_turn_in_its_request(
 ):
     parent = task_factory(project, kind="coordinator", completed=True)
     task = task_factory(
-        project, prompt="p", goal="g", turn=2, continuation_prompt="c", thread_id="th-1",
+        project,
+        prompt="p",
+        goal="g",
+        turn=2,
+        continuation_prompt="c",
+        thread_id="th-1",
         parent_task=parent,
     )
 
@@ -63,7 +68,9 @@ def test_the_executor_gets_the_whole_turn_in_its_request(
 
     [request] = spy_executor.requests
     assert (request.task_id, request.project_id, request.user_id) == (
-        task.pk, project.pk, task.user_id,
+        task.pk,
+        project.pk,
+        task.user_id,
     )
     assert (request.prompt, request.goal, request.turn, request.thread_id) == ("p", "g", 2, "th-1")
     assert request.continuation_prompt == "c"
@@ -124,9 +131,7 @@ def test_an_unlimited_user_runs(project, task_factory, worker, alice):
     assert task.status == TaskStatus.COMPLETED
 
 
-def test_a_failed_turn_keeps_its_reason_and_adds_its_cost(
-    project, task_factory, worker_factory
-):
+def test_a_failed_turn_keeps_its_reason_and_adds_its_cost(project, task_factory, worker_factory):
     task = task_factory(project, cost_usd=Decimal("1.25"))
     executor = _Fixed(ExecutionResult.failed("exit status 2: boom", cost_usd=Decimal("0.5")))
 
@@ -180,9 +185,7 @@ def test_an_executor_that_raises_fails_the_task(project, task_factory, worker_fa
     assert "RuntimeError: disk full" in task.failure_reason
 
 
-def test_a_task_taken_away_while_running_is_not_overwritten(
-    project, task_factory, worker_factory
-):
+def test_a_task_taken_away_while_running_is_not_overwritten(project, task_factory, worker_factory):
     task = task_factory(project)
 
     def taken_away(request, control):
