@@ -621,7 +621,7 @@ RULES: tuple[Rule, ...] = (
     _token("mailgun-key", "Mailgun private API key key-", ("key-",), r"key-[0-9a-f]{32}"),
     _token(
         "telegram-bot-token",
-        "Telegram bot token (anchored on the bot-id digits, ':AA' follows)",
+        "Telegram bot token <bot id>:AA<33 chars> (found at :AA, then backs up over the id)",
         (":aa",),
         r"[0-9]{8,10}:AA[A-Za-z0-9_-]{33}",
     ),
