@@ -119,3 +119,43 @@ def test_the_root_leads_to_the_api_page(client):
 
     assert response.status_code == 302
     assert response["Location"] == "/api/docs"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/projects",
+        "/projects/{project}",
+        "/projects/{project}/tasks",
+        "/projects/{project}/members",
+        "/projects/{project}/memories",
+        "/tasks/{task}",
+        "/tasks/{task}/followups",
+        "/users/me/memories",
+        "/users/me/quota",
+        "/projects/999999",
+    ],
+)
+def test_the_browsable_api_renders_for_a_logged_in_user(client, alice, project, task_factory, path):
+    task = task_factory(project)
+    client.force_login(alice)
+
+    response = client.get(path.format(project=project.pk, task=task.pk), HTTP_ACCEPT="text/html")
+
+    assert response.status_code in (200, 404)
+    assert response["Content-Type"].startswith("text/html")
+
+
+def test_a_session_write_without_csrf_token_is_refused(alice, project, snapshot):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    before = snapshot()
+
+    response = client.post(
+        f"/projects/{project.pk}/tasks", data='{"prompt": "x"}', content_type="application/json"
+    )
+
+    assert response.status_code == 403
+    assert snapshot() == before
