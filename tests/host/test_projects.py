@@ -139,3 +139,42 @@ def test_bad_member_input_names_the_field(
     assert response.status_code == 400
     assert field in response.json()
     assert snapshot() == before
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_owners_demoting_each_other_at_once_leave_one_owner(project, alice, bob):
+    """Both requests race on the project row lock; the second sees one owner left: 409."""
+    import threading
+
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    Membership.objects.filter(project=project, user=bob).update(role=Role.OWNER)
+    barrier = threading.Barrier(2)
+    codes: list[int] = []
+
+    def demote(actor, target):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=actor).key}")
+        barrier.wait()
+        try:
+            response = post_json(
+                client, f"/projects/{project.pk}/members", {"username": target, "role": "member"}
+            )
+            codes.append(response.status_code)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=demote, args=(alice, "bob")),
+        threading.Thread(target=demote, args=(bob, "alice")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(codes) == [200, 409]
+    assert Membership.objects.filter(project=project, role=Role.OWNER).count() == 1
