@@ -95,7 +95,7 @@ def task_claim_next(
             candidates = _queued_tasks(queued_before=queued_before)
             if skip_locked:
                 candidates = candidates.select_for_update(skip_locked=True)
-            task = candidates.only("id", "is_resume", "started_at", "turn").first()
+            task = candidates.first()
             if task is None:
                 return None
             claimed = _task_claim(task=task, worker_id=worker_id, executor=executor, now=now)
@@ -122,16 +122,17 @@ def _task_claim(*, task: Task, worker_id: str, executor: str, now: datetime | No
     updated = Task.objects.filter(pk=task.pk, status=TaskStatus.QUEUED).update(**changes)
     if updated != 1:
         return None  # another worker was faster
-    claimed = Task.objects.get(pk=task.pk)
+    for name, value in changes.items():
+        setattr(task, name, value)
     TaskRun.objects.create(
-        task=claimed,
-        turn=claimed.turn,
-        is_resume=claimed.is_resume,
+        task=task,
+        turn=task.turn,
+        is_resume=task.is_resume,
         worker_id=worker_id,
         executor=executor,
         started_at=now,
     )
-    return claimed
+    return task
 
 
 # --- While running ----------------------------------------------------------------------------
@@ -192,17 +193,16 @@ def task_finish(
     if result.thread_id:
         changes["thread_id"] = result.thread_id
     with transaction.atomic():
-        task = _owned(task_id=task_id, worker_id=worker_id).only("id", "turn").first()
-        if task is None:
-            return False
         if _owned(task_id=task_id, worker_id=worker_id).update(**changes) != 1:
             return False
-        TaskEvent.objects.bulk_create(
-            [
-                TaskEvent(task_id=task_id, turn=task.turn, kind=event.kind, data=event.data)
-                for event in result.events
-            ]
-        )
+        if result.events:
+            turn = Task.objects.filter(pk=task_id).values_list("turn", flat=True)[0]
+            TaskEvent.objects.bulk_create(
+                [
+                    TaskEvent(task_id=task_id, turn=turn, kind=event.kind, data=event.data)
+                    for event in result.events
+                ]
+            )
         _close_run(task_id=task_id, worker_id=worker_id, outcome=status, now=now)
     return True
 
