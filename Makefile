@@ -16,6 +16,7 @@ PYTEST_ARGS ?=
 run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_setup
+	$(PY) manage.py demo_auto_memory
 	$(PY) manage.py run_main --addrport $(ADDR)
 
 test: setup
