@@ -137,7 +137,14 @@ class Worker:
         self._started()
         try:
             while not self.stopping:
-                report = self.run_round()
+                try:
+                    report = self.run_round()
+                except Exception:
+                    # A database outage, say. A task in hand stays `running` and is recovered
+                    # once its heartbeat is stale; the worker itself carries on.
+                    logger.exception("round failed; retrying after the poll interval")
+                    self._sleep(max(self.poll_interval, 1.0))
+                    continue
                 if not report.did_work:
                     self._sleep(self.poll_interval)
         except WorkerAbort:

@@ -143,3 +143,33 @@ def test_losing_the_task_stops_its_execution(project, task_factory, worker_facto
     task.refresh_from_db()
     assert task.worker_id == "another-worker"
     assert task.status == TaskStatus.RUNNING
+
+
+def test_a_failing_round_is_logged_and_the_worker_carries_on(
+    project, task_factory, worker_factory, monkeypatch, caplog
+):
+    from worker import services
+
+    task = task_factory(project)
+    real_claim = services.task_claim_next
+    calls = []
+
+    def flaky_claim(**kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("database went away")
+        claimed = real_claim(**kwargs)
+        if claimed is None:
+            worker.handle_signal(signal.SIGTERM)
+        return claimed
+
+    monkeypatch.setattr(services, "task_claim_next", flaky_claim)
+    monkeypatch.setattr("worker.loop.Worker._sleep", lambda self, seconds: None)
+    worker = worker_factory()
+
+    with caplog.at_level(logging.ERROR, logger="worker.loop"):
+        worker.run_forever()
+
+    assert "round failed" in caplog.text
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED
