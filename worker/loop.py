@@ -235,12 +235,9 @@ class Worker:
     def end_of_round(self) -> None:
         """Run the auto-memory sweep; its failure is logged and never stops the worker."""
         try:
-            summary = extractor.process_auto_memories()
+            extractor.process_auto_memories()  # logs what it did
         except Exception:
             logger.exception("end-of-round memory sweep failed")
-            return
-        if getattr(summary, "extracted", 0) or getattr(summary, "superseded", 0):
-            logger.info("memory sweep: %s", summary)
 
     def prepare(self, task: Task) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector."""
@@ -269,10 +266,6 @@ class Worker:
                 exc,
             )
             return request
-        if injected.memory_ids:
-            services.task_injection_record(
-                task_id=task.pk, worker_id=self.worker_id, memory_ids=injected.memory_ids
-            )
         return replace(request, prompt=injected.prompt, goal=injected.goal)
 
     # --- Signals ------------------------------------------------------------------------------

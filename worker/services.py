@@ -153,14 +153,6 @@ def task_thread_record(*, task_id: int, worker_id: str, thread_id: str) -> bool:
     return _owned(task_id=task_id, worker_id=worker_id).update(thread_id=thread_id) == 1
 
 
-def task_injection_record(*, task_id: int, worker_id: str, memory_ids: list[int]) -> bool:
-    """Note which memories the in-memory prompt of this turn received (not the text itself)."""
-    return (
-        _owned(task_id=task_id, worker_id=worker_id).update(injected_memory_ids=list(memory_ids))
-        == 1
-    )
-
-
 def _close_run(*, task_id: int, worker_id: str, outcome: str, now: datetime) -> None:
     TaskRun.objects.filter(task_id=task_id, worker_id=worker_id, outcome=RunOutcome.RUNNING).update(
         outcome=outcome, finished_at=now
