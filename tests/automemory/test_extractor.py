@@ -338,55 +338,39 @@ def test_a_forgotten_memory_does_not_come_back(task_factory, project, alice, on)
     assert not auto_memories().exists()
 
 
+def auto_memory_row(task, goal_key, **fields):
+    values = {
+        "scope": "project",
+        "project": task.project,
+        "content": "x",
+        "source": "auto",
+        "source_task": task,
+        "goal_key": goal_key,
+        **fields,
+    }
+    return IdentityMemory.objects.create(**values)
+
+
 def test_the_database_refuses_a_second_auto_memory_for_one_task(task_factory, project, alice):
     task = task_factory(project, alice, completed=True)
-    IdentityMemory.objects.create(
-        scope="project",
-        project=project,
-        content="a",
-        source="auto",
-        source_task=task,
-        goal_key="k1",
-    )
+    auto_memory_row(task, "k1")
     with pytest.raises(IntegrityError), transaction.atomic():
-        IdentityMemory.objects.create(
-            scope="project",
-            project=project,
-            content="b",
-            source="auto",
-            source_task=task,
-            goal_key="k2",
-        )
+        auto_memory_row(task, "k2")
 
 
 def test_the_database_refuses_a_user_level_auto_memory(task_factory, project, alice):
     task = task_factory(project, alice, completed=True)
     with pytest.raises(IntegrityError), transaction.atomic():
-        IdentityMemory.objects.create(
-            scope="user", user=alice, content="a", source="auto", source_task=task
-        )
+        auto_memory_row(task, "k", scope="user", user=alice, project=None)
 
 
 def test_the_database_refuses_two_active_auto_memories_per_goal(task_factory, project, alice):
     one = task_factory(project, alice, completed=True)
     two = task_factory(project, alice, completed=True)
-    IdentityMemory.objects.create(
-        scope="project",
-        project=project,
-        content="a",
-        source="auto",
-        source_task=one,
-        goal_key="same",
-    )
+    auto_memory_row(one, "same")
     with pytest.raises(IntegrityError), transaction.atomic():
-        IdentityMemory.objects.create(
-            scope="project",
-            project=project,
-            content="b",
-            source="auto",
-            source_task=two,
-            goal_key="same",
-        )
+        auto_memory_row(two, "same")
+    auto_memory_row(two, "same", status="superseded")
 
 
 @pytest.mark.parametrize("later_first", [True, False])
