@@ -16,6 +16,10 @@ DEFAULTS: dict[str, Any] = {
     "RESULT_EXCERPT_CHARS": 800,
     # The most tasks one sweep examines; the rest wait for the next round.
     "SWEEP_BATCH_SIZE": 500,
+    # How long the worker's sweep waits before it looks again at a task skipped for a low
+    # quota, or whose quota could not be read; errors back off from 1 minute to 1 hour.
+    "QUOTA_LOW_RETRY_SECONDS": 600,
+    "QUOTA_CHECK_RETRY_SECONDS": 60,
 }
 
 

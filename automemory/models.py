@@ -141,6 +141,9 @@ class AutoMemoryLog(models.Model):
     # next sweep looks at the task again.
     recheck = models.BooleanField(default=False)
     attempts = models.PositiveIntegerField(default=1)
+    # The worker's sweep leaves a transient skip or an error alone until then (a not-idle
+    # task until it is idle, a low quota for a while, errors with a growing back-off).
+    retry_after = models.DateTimeField(null=True, blank=True)
     # Redacted detail (an error's message, the numbers behind a skip).
     detail = models.TextField(blank=True, default="")
     first_attempt_at = models.DateTimeField()

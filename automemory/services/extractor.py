@@ -54,6 +54,7 @@ GLOBAL_SWEEP = "global"
 # Transactions that committed late may carry an `updated_at` a little behind the cursor;
 # the cursor never advances past `now - this`, so such tasks are still seen next round.
 CURSOR_SAFETY_MARGIN = timedelta(seconds=30)
+ERROR_BACKOFF_BASE = timedelta(minutes=1)
 # Every gate's reason code, reported with a count (0 included) in each summary.
 SKIP_REASONS = (
     Reason.GENERATE_DISABLED,
@@ -97,6 +98,7 @@ class _Verdict:
     reason: str
     detail: str = ""
     memory_id: int | None = None
+    retry_after: datetime | None = None
 
 
 def process_auto_memories(
@@ -111,7 +113,7 @@ def process_auto_memories(
     summary = SweepSummary(forced=force)
     batch_size = conf.get("SWEEP_BATCH_SIZE")
     if user is None:
-        tasks, advance_cursor = _global_candidates(force=force, limit=batch_size)
+        tasks, advance_cursor = _global_candidates(now=now, force=force, limit=batch_size)
     else:
         tasks, advance_cursor = _user_candidates(user=user, force=force), None
     if tasks:
@@ -171,11 +173,12 @@ def _user_candidates(*, user, force: bool) -> list[Task]:
     return list(_candidate_order(queryset)[:limit])
 
 
-def _global_candidates(*, force: bool, limit: int):
+def _global_candidates(*, now: datetime, force: bool, limit: int):
     """Tasks that may have a new answer since the last global round, and a cursor-advancer.
 
     Two bounded sources: completed tasks changed since the cursor, and the retry set
-    (transient skips, errors under the retry cap, stable skips marked for a recheck).
+    (transient skips and errors under the retry cap whose `retry_after` has come, stable
+    skips marked for a recheck).
     """
     state, _ = SweepState.objects.get_or_create(name=GLOBAL_SWEEP)
     completed = Task.objects.filter(status=TaskStatus.COMPLETED)
@@ -186,9 +189,14 @@ def _global_candidates(*, force: bool, limit: int):
             Q(updated_at__gt=state.cursor_updated_at)
             | Q(updated_at=state.cursor_updated_at, id__gt=state.cursor_task_id)
         )
-    fresh = fresh.exclude(_unchanged_stable_skip()).exclude(
-        auto_memory_log__outcome=Outcome.SKIPPED,
-        auto_memory_log__reason__in=TRANSIENT_REASONS,
+    # Transient skips and errors already tried are the retry set's, with their back-off.
+    fresh = (
+        fresh.exclude(_unchanged_stable_skip())
+        .exclude(
+            auto_memory_log__outcome=Outcome.SKIPPED,
+            auto_memory_log__reason__in=TRANSIENT_REASONS,
+        )
+        .exclude(auto_memory_log__outcome=Outcome.ERROR)
     )
     fresh_tasks = list(fresh.order_by("updated_at", "id")[:limit])
 
@@ -201,6 +209,9 @@ def _global_candidates(*, force: bool, limit: int):
             | Q(outcome=Outcome.SKIPPED, reason__in=TRANSIENT_REASONS)
             | Q(recheck=True)
         ).exclude(outcome=Outcome.ERROR, attempts__gte=MAX_ERROR_ATTEMPTS)
+        retry = retry.filter(
+            Q(recheck=True) | Q(retry_after__isnull=True) | Q(retry_after__lte=now)
+        )
     retry_ids = set(retry.order_by("last_attempt_at").values_list("task_id", flat=True)[:limit]) - {
         task.pk for task in fresh_tasks
     }
@@ -276,7 +287,10 @@ def _process_batch(tasks: list[Task], *, now: datetime, force: bool, summary: Sw
             status = statuses.get(task.user_id)
             if status is None:
                 verdicts[task.pk] = _Verdict(
-                    Outcome.SKIPPED, Reason.QUOTA_CHECK_FAILED, "quota could not be read"
+                    Outcome.SKIPPED,
+                    Reason.QUOTA_CHECK_FAILED,
+                    "quota could not be read",
+                    retry_after=now + timedelta(seconds=conf.get("QUOTA_CHECK_RETRY_SECONDS")),
                 )
             elif status.remaining_percent < prefs.min_rate_limit_remaining_percent:
                 verdicts[task.pk] = _Verdict(
@@ -284,6 +298,7 @@ def _process_batch(tasks: list[Task], *, now: datetime, force: bool, summary: Sw
                     Reason.QUOTA_LOW,
                     f"{status.remaining_percent}% of the monthly quota left, "
                     f"below {prefs.min_rate_limit_remaining_percent}%",
+                    retry_after=now + timedelta(seconds=conf.get("QUOTA_LOW_RETRY_SECONDS")),
                 )
             else:
                 extractable.append(task)
@@ -333,7 +348,10 @@ def _early_gates(
         idle = (now - task.finished_at).total_seconds()
         if idle < prefs.idle_seconds:
             return _Verdict(
-                skip, Reason.NOT_IDLE, f"idle {int(idle)}s of the {prefs.idle_seconds}s needed"
+                skip,
+                Reason.NOT_IDLE,
+                f"idle {int(idle)}s of the {prefs.idle_seconds}s needed",
+                retry_after=task.finished_at + timedelta(seconds=prefs.idle_seconds),
             )
         if task.started_at is None:
             return _Verdict(skip, Reason.MISSING_TIMESTAMPS, "started_at is not set")
@@ -483,6 +501,10 @@ def _finished_later(memory: IdentityMemory, task: Task) -> bool:
 def _log_row(
     task: Task, verdict: _Verdict, previous: AutoMemoryLog | None, now: datetime, force: bool
 ) -> AutoMemoryLog:
+    attempts = (previous.attempts + 1) if previous else 1
+    retry_after = verdict.retry_after
+    if verdict.outcome == Outcome.ERROR:
+        retry_after = now + ERROR_BACKOFF_BASE * min(2 ** (attempts - 1), 60)
     return AutoMemoryLog(
         task_id=task.pk,
         user_id=task.user_id,
@@ -491,7 +513,8 @@ def _log_row(
         memory_id=verdict.memory_id,
         forced=force,
         recheck=False,
-        attempts=(previous.attempts + 1) if previous else 1,
+        attempts=attempts,
+        retry_after=retry_after,
         detail=verdict.detail,
         first_attempt_at=previous.first_attempt_at if previous else now,
         last_attempt_at=now,
@@ -505,6 +528,7 @@ _LOG_UPDATE_FIELDS = [
     "forced",
     "recheck",
     "attempts",
+    "retry_after",
     "detail",
     "last_attempt_at",
 ]

@@ -5,7 +5,6 @@ from typing import Any
 from django.db import transaction
 
 from automemory.models import (
-    STABLE_REASONS,
     AutoMemoryLog,
     AutoMemorySettings,
     Outcome,
@@ -45,9 +44,9 @@ def settings_update(*, user, changes: dict[str, Any]) -> AutoMemorySettings:
     current.full_clean()
     current.save()
     # Tasks skipped under the old settings get a fresh look at the next sweep.
-    AutoMemoryLog.objects.filter(
-        user=user, outcome=Outcome.SKIPPED, reason__in=STABLE_REASONS, recheck=False
-    ).update(recheck=True)
+    AutoMemoryLog.objects.filter(user=user, outcome=Outcome.SKIPPED, recheck=False).update(
+        recheck=True
+    )
     audit_record(
         action="auto_memory_settings_updated",
         actor=user,
@@ -73,9 +72,7 @@ def flags_set(*, task: Task, actor, changes: dict[str, bool | None]) -> TaskAuto
             setattr(flags, name, changes[name])
     flags.updated_by = actor
     flags.save()
-    AutoMemoryLog.objects.filter(
-        task=task, outcome=Outcome.SKIPPED, reason__in=STABLE_REASONS
-    ).update(recheck=True)
+    AutoMemoryLog.objects.filter(task=task, outcome=Outcome.SKIPPED).update(recheck=True)
     audit_record(
         action="auto_memory_flags_set",
         actor=actor,

@@ -576,3 +576,49 @@ def test_an_echoed_memory_block_is_not_remembered_again(task_factory, project, a
     content = auto_memories().get().content
     assert "OLD FACT" not in content
     assert content.startswith("Ship it\nShip it\nShipped the release.")
+
+
+def test_the_global_sweep_leaves_a_not_idle_task_alone_until_it_is_idle(
+    task_factory, project, alice, on
+):
+    task = task_factory(project, alice, completed=True, finished_ago=timedelta(seconds=0))
+    start = timezone.now()
+    process_auto_memories(now=start)
+    assert log_of(task).reason == "not_idle"
+    assert log_of(task).retry_after == task.finished_at + timedelta(seconds=900)
+    assert process_auto_memories(now=start + timedelta(minutes=5)).scanned == 0
+    assert log_of(task).attempts == 1
+    assert process_auto_memories(now=start + timedelta(minutes=15, seconds=1)).extracted == 1
+
+
+def test_a_low_quota_is_looked_at_again_later(task_factory, project, alice, on, settings):
+    settings.AUTOMEMORY_QUOTA_LOW_RETRY_SECONDS = 60
+    quota = Quota.objects.create(user=alice, monthly_limit_usd=Decimal("0"))
+    task = task_factory(project, alice, completed=True)
+    start = timezone.now()
+    process_auto_memories(now=start)
+    assert log_of(task).reason == "quota_low"
+    quota.monthly_limit_usd = None
+    quota.save()
+    assert process_auto_memories(now=start + timedelta(seconds=30)).scanned == 0
+    assert process_auto_memories(now=start + timedelta(seconds=61)).extracted == 1
+
+
+def test_errors_back_off_and_stop_after_five_attempts(
+    task_factory, project, alice, on, monkeypatch
+):
+    from automemory.services import extractor
+
+    def broken(task):
+        raise ValueError("renderer broke")
+
+    monkeypatch.setattr(extractor, "memory_content", broken)
+    task = task_factory(project, alice, completed=True)
+    now = timezone.now()
+    process_auto_memories(now=now)
+    assert process_auto_memories(now=now + timedelta(seconds=30)).scanned == 0
+    for _ in range(10):
+        now += timedelta(hours=2)
+        process_auto_memories(now=now)
+    assert log_of(task).outcome == "error"
+    assert log_of(task).attempts == 5
