@@ -76,9 +76,18 @@ def run() -> None:
     print(f"database: {connection.vendor}")
     fixture = Fixture()
     empty = fixture.measure_sweep()
+    empty_quota = fixture.measure_quota()
     fixture.add_history()
     loaded = fixture.measure_sweep()
+    loaded_quota = fixture.measure_quota()
     report("sweep of 50 pending tasks", "empty history", empty, f"{HISTORY:,} done", loaded)
+    report(
+        "  of which the quota gate (the user's spend this month)",
+        "empty history",
+        empty_quota,
+        f"{HISTORY:,} done",
+        loaded_quota,
+    )
 
     few = fixture.measure_injection()
     fixture.add_memories()
@@ -149,6 +158,20 @@ class Fixture:
             assert summary.extracted == PENDING, summary
             queries.append(len(ctx.captured_queries))
         return statistics.median(timings), statistics.median(queries)
+
+    def measure_quota(self):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from controlplane.services.quota import quota_statuses_get
+
+        timings = []
+        for _ in range(REPEATS):
+            with CaptureQueriesContext(connection) as ctx:
+                start = time.perf_counter()
+                quota_statuses_get(user_ids=[self.on.pk])
+                timings.append((time.perf_counter() - start) * 1000)
+        return statistics.median(timings), len(ctx.captured_queries)
 
     def add_history(self):
         """50,000 tasks as earlier rounds leave them: half extracted, half switched off."""
