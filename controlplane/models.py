@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Role(models.TextChoices):
@@ -112,7 +113,8 @@ class Task(models.Model):
     # Memories whose text was prepended to the first turn's in-memory prompt.
     injected_memory_ids = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    queued_at = models.DateTimeField(null=True, blank=True)
+    # When the current turn was queued; the worker claims the oldest first.
+    queued_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
