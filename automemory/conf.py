@@ -8,6 +8,9 @@ from typing import Any
 from django.conf import settings
 
 DEFAULTS: dict[str, Any] = {
+    # Dotted path of the callable `(task) -> str` that writes a memory's text. The default is
+    # the deterministic v1 excerpt; a model-based extractor plugs in here.
+    "CONTENT_STRATEGY": "automemory.services.content.memory_content",
     # How many memories of each scope the first turn of a task receives.
     "INJECT_USER_LIMIT": 5,
     "INJECT_PROJECT_LIMIT": 5,

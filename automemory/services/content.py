@@ -2,6 +2,9 @@
 
 import hashlib
 import re
+from collections.abc import Callable
+
+from django.utils.module_loading import import_string
 
 from automemory import conf
 from automemory.services.injector import FOOTER, HEADER
@@ -31,8 +34,21 @@ def goal_key(task: Task) -> str:
     return hashlib.sha256(goal_line(task).casefold().encode("utf-8")).hexdigest()
 
 
+def content_strategy() -> Callable[[Task], str]:
+    """The configured `AUTOMEMORY_CONTENT_STRATEGY` callable (checked at start-up)."""
+    return import_string(conf.get("CONTENT_STRATEGY"))
+
+
+def render_memory_content(task: Task) -> str:
+    """The memory text for `task`, by the configured strategy."""
+    return content_strategy()(task)
+
+
 def memory_content(task: Task) -> str:
-    """The redacted goal line (capped) and the start of the result, as one memory text."""
+    """The deterministic v1 strategy: the redacted goal line (capped) and result excerpt.
+
+    A strategy that returns text taken from the task must redact it, as this one does.
+    """
     line_cap = conf.get("GOAL_LINE_MAX_CHARS")
     excerpt_chars = conf.get("RESULT_EXCERPT_CHARS")
     line = redact(goal_line(task))

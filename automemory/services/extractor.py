@@ -34,7 +34,7 @@ from automemory.models import (
     SweepState,
     TaskAutoMemoryFlags,
 )
-from automemory.services.content import goal_key, memory_content
+from automemory.services.content import goal_key, render_memory_content
 from automemory.services.preferences import effective_switch
 from automemory.services.redactor import redact
 from controlplane.models import (
@@ -429,7 +429,7 @@ def _extract_one(task: Task, attempts: int = 3) -> tuple[IdentityMemory, int, bo
     in an IntegrityError from one of the two unique constraints: losing the one-per-task
     race means the work is done; losing the one-active-per-goal race means try again.
     """
-    content = memory_content(task)
+    content = render_memory_content(task)
     key = goal_key(task)
     for attempt in range(attempts):
         try:

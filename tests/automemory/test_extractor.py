@@ -535,14 +535,14 @@ def test_errors_are_logged_and_the_sweep_goes_on(task_factory, project, alice, o
     good = task_factory(project, alice, prompt="good", completed=True)
     from automemory.services import extractor
 
-    real = extractor.memory_content
+    real = extractor.render_memory_content
 
     def flaky(task):
         if task.pk == bad.pk:
             raise ValueError("cannot render password=hunter22")
         return real(task)
 
-    monkeypatch.setattr(extractor, "memory_content", flaky)
+    monkeypatch.setattr(extractor, "render_memory_content", flaky)
     summary = process_auto_memories(user=alice)
     assert summary.errors == 1
     assert summary.extracted == 1
@@ -612,7 +612,7 @@ def test_errors_back_off_and_stop_after_five_attempts(
     def broken(task):
         raise ValueError("renderer broke")
 
-    monkeypatch.setattr(extractor, "memory_content", broken)
+    monkeypatch.setattr(extractor, "render_memory_content", broken)
     task = task_factory(project, alice, completed=True)
     now = timezone.now()
     process_auto_memories(now=now)

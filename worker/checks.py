@@ -1,0 +1,46 @@
+"""Start-up checks of the worker settings, shown by every command (`manage.py check`).
+
+Warnings rather than errors: the API server and migrations do not need a worker, and the
+worker itself refuses to start with an unknown executor.
+"""
+
+import shlex
+
+from django.conf import settings
+from django.core.checks import Warning, register
+
+
+@register()
+def worker_settings_check(app_configs=None, **kwargs) -> list[Warning]:
+    from worker.executors import EXECUTORS
+
+    problems = []
+    name = settings.WORKER_EXECUTOR
+    if name not in EXECUTORS:
+        known = ", ".join(sorted(EXECUTORS))
+        problems.append(
+            Warning(
+                f"WORKER_EXECUTOR {name!r} is not an executor (known: {known}).", id="worker.W001"
+            )
+        )
+    if name == "command":
+        try:
+            argv = shlex.split(settings.WORKER_COMMAND)
+        except ValueError as exc:
+            argv = None
+            problems.append(Warning(f"WORKER_COMMAND cannot be parsed: {exc}", id="worker.W002"))
+        if argv == []:
+            problems.append(
+                Warning(
+                    "WORKER_EXECUTOR is 'command' but WORKER_COMMAND is empty.", id="worker.W002"
+                )
+            )
+    if settings.WORKER_STALE_AFTER_SECONDS <= 2 * settings.WORKER_HEARTBEAT_SECONDS:
+        problems.append(
+            Warning(
+                "WORKER_STALE_AFTER_SECONDS should be well above WORKER_HEARTBEAT_SECONDS, or "
+                "live tasks may be taken for stale and run twice.",
+                id="worker.W003",
+            )
+        )
+    return problems
