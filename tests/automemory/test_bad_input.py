@@ -1,0 +1,65 @@
+"""Bad input to the auto memory endpoints never produces a 500 and never writes anything."""
+
+import pytest
+
+from automemory.models import AutoMemoryLog, AutoMemorySettings, TaskAutoMemoryFlags
+from tests.host.helpers import post_raw
+from tests.host.test_bad_input import BAD_BODIES
+
+FIELDS = (
+    "generate_memories",
+    "use_memories",
+    "disable_on_external_context",
+    "min_rate_limit_remaining_percent",
+    "idle_seconds",
+    "min_duration_seconds",
+    "min_result_chars",
+    "extract_model",
+    "consolidation_model",
+)
+
+
+def every_field(value: str) -> str:
+    return "{" + ", ".join(f'"{field}": {value}' for field in FIELDS) + "}"
+
+
+# The host's malformed bodies (an empty body is a valid "change nothing" here), plus values
+# aimed at these endpoints' own fields.
+BODIES = {name: body for name, body in BAD_BODIES.items() if name != "empty"} | {
+    "NaN settings": every_field("NaN"),
+    "Infinity settings": every_field("-Infinity"),
+    "string booleans": every_field('"true"'),
+    "huge integers": every_field("1" + "0" * 40),
+    "NUL model name": '{"extract_model": "a\\u0000b"}',
+    "surrogate model name": '{"extract_model": "\\ud800"}',
+    "null flags and unknown key": '{"use_memories": null, "bogus": 1}',
+    "force as string": '{"force": "true"}',
+    "force as object": '{"force": {"a": 1}}',
+}
+WRITES = [
+    ("put", "/users/me/auto-memory-settings"),
+    ("patch", "/users/me/auto-memory-settings"),
+    ("post", "/tasks/{task}/auto-memory-flags"),
+    ("post", "/users/me/auto-memory/run"),
+]
+
+
+def state():
+    return (
+        list(AutoMemorySettings.objects.values()),
+        list(TaskAutoMemoryFlags.objects.values()),
+        AutoMemoryLog.objects.count(),
+    )
+
+
+@pytest.mark.parametrize(("method", "path"), WRITES)
+@pytest.mark.parametrize("body", BODIES.values(), ids=BODIES.keys())
+def test_bad_bodies_get_a_4xx_and_write_nothing(
+    api_client_for, alice, project, task_factory, enable_auto_memory, method, path, body
+):
+    enable_auto_memory(alice)
+    task = task_factory(project, alice, completed=True)
+    before = state()
+    response = post_raw(api_client_for(alice), path.format(task=task.pk), body, method)
+    assert response.status_code in (400, 413), response.content[:300]
+    assert state() == before
