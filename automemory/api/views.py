@@ -1,8 +1,7 @@
 """Auto memory endpoints: validate input, call one service or selector, serialize output."""
 
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,21 +19,8 @@ from automemory.services.preferences import (
     settings_update,
 )
 from controlplane.access import CREATE_TASK, READ, task_get_for
+from controlplane.api.common import PAGING, TASK_ID, errors, paginated, validated
 from controlplane.api.pagination import paginated_response
-
-ERRORS = {
-    400: OpenApiResponse(description="Invalid input: `{field: [messages]}`; nothing is saved."),
-    401: OpenApiResponse(description="Not authenticated."),
-    403: OpenApiResponse(description="The caller's role does not allow it (viewer)."),
-    404: OpenApiResponse(description="No such task, or not visible to the caller."),
-}
-TASK_ID = OpenApiParameter("task_id", OpenApiTypes.INT, OpenApiParameter.PATH)
-
-
-def _validated(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 def _settings_body(settings) -> dict:
@@ -46,21 +32,21 @@ def _settings_body(settings) -> dict:
 class AutoMemorySettingsView(APIView):
     """The caller's auto memory settings. PUT and PATCH both change only the fields sent."""
 
-    @extend_schema(responses={200: s.AutoMemorySettingsSerializer, 401: ERRORS[401]})
+    @extend_schema(responses={200: s.AutoMemorySettingsSerializer, **errors(401)})
     def get(self, request: Request) -> Response:
         return Response(_settings_body(settings_get(user_id=request.user.pk)))
 
     @extend_schema(
         request=s.AutoMemorySettingsSerializer,
-        responses={200: s.AutoMemorySettingsSerializer, 400: ERRORS[400], 401: ERRORS[401]},
+        responses={200: s.AutoMemorySettingsSerializer, **errors(400, 401)},
     )
     def put(self, request: Request) -> Response:
-        changes = _validated(s.AutoMemorySettingsSerializer, request.data)
+        changes = validated(s.AutoMemorySettingsSerializer, request.data)
         return Response(_settings_body(settings_update(user=request.user, changes=changes)))
 
     @extend_schema(
         request=s.AutoMemorySettingsSerializer,
-        responses={200: s.AutoMemorySettingsSerializer, 400: ERRORS[400], 401: ERRORS[401]},
+        responses={200: s.AutoMemorySettingsSerializer, **errors(400, 401)},
     )
     def patch(self, request: Request) -> Response:
         return self.put(request)
@@ -88,7 +74,7 @@ class TaskAutoMemoryFlagsView(APIView):
 
     @extend_schema(
         parameters=[TASK_ID],
-        responses={200: s.TaskFlagsSerializer, 401: ERRORS[401], 404: ERRORS[404]},
+        responses={200: s.TaskFlagsSerializer, **errors(401, 404)},
     )
     def get(self, request: Request, task_id) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=READ)
@@ -97,14 +83,11 @@ class TaskAutoMemoryFlagsView(APIView):
     @extend_schema(
         parameters=[TASK_ID],
         request=s.TaskFlagsInputSerializer,
-        responses={
-            200: s.TaskFlagsSerializer,
-            **{code: ERRORS[code] for code in (400, 401, 403, 404)},
-        },
+        responses={200: s.TaskFlagsSerializer, **errors(400, 401, 403, 404)},
     )
     def post(self, request: Request, task_id) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=CREATE_TASK)
-        changes = _validated(s.TaskFlagsInputSerializer, request.data)
+        changes = validated(s.TaskFlagsInputSerializer, request.data)
         flags_set(task=task, actor=request.user, changes=changes)
         return Response(_flags_body(task))
 
@@ -114,10 +97,10 @@ class AutoMemoryRunView(APIView):
 
     @extend_schema(
         request=s.RunInputSerializer,
-        responses={200: s.RunSummarySerializer, 400: ERRORS[400], 401: ERRORS[401]},
+        responses={200: s.RunSummarySerializer, **errors(400, 401)},
     )
     def post(self, request: Request) -> Response:
-        force = _validated(s.RunInputSerializer, request.data)["force"]
+        force = validated(s.RunInputSerializer, request.data)["force"]
         summary = process_auto_memories(user=request.user, force=force)
         return Response(s.RunSummarySerializer(summary.as_dict()).data)
 
@@ -129,10 +112,9 @@ class AutoMemoryLogView(APIView):
         parameters=[
             OpenApiParameter("outcome", str, enum=[o.value for o in Outcome]),
             OpenApiParameter("reason", str, enum=[r.value for r in Reason]),
-            OpenApiParameter("page", int),
-            OpenApiParameter("page_size", int),
+            *PAGING,
         ],
-        responses={200: s.AutoMemoryLogSerializer(many=True), 401: ERRORS[401]},
+        responses={200: paginated(s.AutoMemoryLogSerializer), **errors(401)},
     )
     def get(self, request: Request) -> Response:
         queryset: QuerySet = selectors.auto_memory_log_list(user=request.user).select_related(

@@ -7,7 +7,7 @@ permission); this module only says which permission each action needs.
 from django.contrib.auth import get_user_model
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
@@ -24,65 +24,21 @@ from controlplane.access import (
     task_get_for,
 )
 from controlplane.api import serializers as s
+from controlplane.api.common import (
+    MEMORY_ID,
+    PAGING,
+    PROJECT_ID,
+    TASK_ID,
+    errors,
+    paginated,
+    validated,
+)
 from controlplane.api.pagination import paginated_response
 from controlplane.limits import text_problem
 from controlplane.services.memories import memory_create, memory_delete
 from controlplane.services.projects import membership_set, project_create
 from controlplane.services.quota import quota_reset, quota_set, quota_status_get
 from controlplane.services.tasks import followup_create, task_continue, task_create
-
-ERRORS = {
-    400: OpenApiResponse(description="Invalid input: `{field: [messages]}`."),
-    401: OpenApiResponse(description="Not authenticated."),
-    403: OpenApiResponse(description="Authenticated, but the role does not allow it."),
-    404: OpenApiResponse(description="No such object, or not visible to the caller."),
-}
-
-
-def _errors(*codes: int) -> dict:
-    return {code: ERRORS[code] for code in codes}
-
-
-def _id_parameter(name: str, what: str) -> OpenApiParameter:
-    return OpenApiParameter(
-        name, OpenApiTypes.INT, OpenApiParameter.PATH, description=f"{what} id."
-    )
-
-
-PAGING = [
-    OpenApiParameter("page", OpenApiTypes.INT, description="Page number (from 1)."),
-    OpenApiParameter("page_size", OpenApiTypes.INT, description="Rows per page (at most 200)."),
-]
-PROJECT_ID = _id_parameter("project_id", "Project")
-TASK_ID = _id_parameter("task_id", "Task")
-MEMORY_ID = _id_parameter("memory_id", "Memory")
-
-
-def paginated(serializer_class) -> type[serializers.Serializer]:
-    """The schema of a page of `serializer_class`: `{count, next, previous, results}`."""
-    name = "Paginated" + serializer_class.__name__.removesuffix("Output") + "List"
-    if name not in _PAGE_SERIALIZERS:
-        _PAGE_SERIALIZERS[name] = type(
-            name,
-            (serializers.Serializer,),
-            {
-                "count": serializers.IntegerField(),
-                "next": serializers.URLField(allow_null=True),
-                "previous": serializers.URLField(allow_null=True),
-                "results": serializer_class(many=True),
-            },
-        )
-    return _PAGE_SERIALIZERS[name]
-
-
-_PAGE_SERIALIZERS: dict[str, type[serializers.Serializer]] = {}
-
-
-def _validated(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
 
 # --- Projects -------------------------------------------------------------------------------
 
@@ -92,7 +48,7 @@ class ProjectListView(APIView):
         operation_id="projects_list",
         summary="Projects the caller is a member of",
         parameters=PAGING,
-        responses={200: paginated(s.ProjectOutput), **_errors(401)},
+        responses={200: paginated(s.ProjectOutput), **errors(401)},
     )
     def get(self, request: Request) -> Response:
         return paginated_response(
@@ -103,10 +59,10 @@ class ProjectListView(APIView):
         operation_id="projects_create",
         summary="Create a project; the caller becomes its owner",
         request=s.ProjectCreateInput,
-        responses={201: s.ProjectOutput, **_errors(400, 401)},
+        responses={201: s.ProjectOutput, **errors(400, 401)},
     )
     def post(self, request: Request) -> Response:
-        data = _validated(s.ProjectCreateInput, request.data)
+        data = validated(s.ProjectCreateInput, request.data)
         project = project_create(user=request.user, **data)
         project = selectors.project_get(user=request.user, project=project)
         return Response(s.ProjectOutput(project).data, status=status.HTTP_201_CREATED)
@@ -117,7 +73,7 @@ class ProjectDetailView(APIView):
     @extend_schema(
         operation_id="projects_retrieve",
         summary="One project",
-        responses={200: s.ProjectOutput, **_errors(401, 404)},
+        responses={200: s.ProjectOutput, **errors(401, 404)},
     )
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
@@ -131,7 +87,7 @@ class ProjectMembersView(APIView):
         operation_id="projects_members_list",
         summary="Members of a project and their roles",
         parameters=PAGING,
-        responses={200: paginated(s.MembershipOutput), **_errors(401, 404)},
+        responses={200: paginated(s.MembershipOutput), **errors(401, 404)},
     )
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
@@ -149,12 +105,12 @@ class ProjectMembersView(APIView):
             200: s.MembershipOutput,
             201: s.MembershipOutput,
             409: OpenApiResponse(description="The project's last owner cannot be demoted."),
-            **_errors(400, 401, 403, 404),
+            **errors(400, 401, 403, 404),
         },
     )
     def post(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=MANAGE_MEMBERS)
-        data = _validated(s.MembershipInput, request.data)
+        data = validated(s.MembershipInput, request.data)
         membership, created = membership_set(actor=request.user, project=project, **data)
         return Response(
             s.MembershipOutput(membership).data,
@@ -171,11 +127,11 @@ class ProjectTasksView(APIView):
         operation_id="projects_tasks_list",
         summary="Tasks of a project, newest first",
         parameters=[*PAGING, s.TaskFilterInput],
-        responses={200: paginated(s.TaskSummaryOutput), **_errors(400, 401, 404)},
+        responses={200: paginated(s.TaskSummaryOutput), **errors(400, 401, 404)},
     )
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
-        filters = _validated(s.TaskFilterInput, request.query_params)
+        filters = validated(s.TaskFilterInput, request.query_params)
         tasks = selectors.task_list(user=request.user, project=project, **filters)
         return paginated_response(request, self, tasks, s.TaskSummaryOutput)
 
@@ -183,11 +139,11 @@ class ProjectTasksView(APIView):
         operation_id="projects_tasks_create",
         summary="Queue a task (create_task: owner or member)",
         request=s.TaskCreateInput,
-        responses={201: s.TaskDetailOutput, **_errors(400, 401, 403, 404)},
+        responses={201: s.TaskDetailOutput, **errors(400, 401, 403, 404)},
     )
     def post(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=CREATE_TASK)
-        data = _validated(s.TaskCreateInput, request.data)
+        data = validated(s.TaskCreateInput, request.data)
         task = task_create(user=request.user, project=project, **data)
         return Response(s.TaskDetailOutput(task).data, status=status.HTTP_201_CREATED)
 
@@ -197,7 +153,7 @@ class TaskDetailView(APIView):
     @extend_schema(
         operation_id="tasks_retrieve",
         summary="One task, with its stored prompt and goal and its latest result",
-        responses={200: s.TaskDetailOutput, **_errors(401, 404)},
+        responses={200: s.TaskDetailOutput, **errors(401, 404)},
     )
     def get(self, request: Request, task_id: str) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=READ)
@@ -213,12 +169,12 @@ class TaskContinueView(APIView):
         responses={
             200: s.TaskDetailOutput,
             409: OpenApiResponse(description="The task is not finished (queued or running)."),
-            **_errors(400, 401, 403, 404),
+            **errors(400, 401, 403, 404),
         },
     )
     def post(self, request: Request, task_id: str) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=CREATE_TASK)
-        data = _validated(s.TaskContinueInput, request.data)
+        data = validated(s.TaskContinueInput, request.data)
         task = task_continue(user=request.user, task=task, **data)
         return Response(s.TaskDetailOutput(task).data)
 
@@ -229,7 +185,7 @@ class TaskFollowupsView(APIView):
         operation_id="tasks_followups_list",
         summary="Messages delivered to a task",
         parameters=PAGING,
-        responses={200: paginated(s.FollowupOutput), **_errors(401, 404)},
+        responses={200: paginated(s.FollowupOutput), **errors(401, 404)},
     )
     def get(self, request: Request, task_id: str) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=READ)
@@ -241,11 +197,11 @@ class TaskFollowupsView(APIView):
         operation_id="tasks_followups_create",
         summary="Deliver a message to a task (create_task)",
         request=s.FollowupInput,
-        responses={201: s.FollowupOutput, **_errors(400, 401, 403, 404)},
+        responses={201: s.FollowupOutput, **errors(400, 401, 403, 404)},
     )
     def post(self, request: Request, task_id: str) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=CREATE_TASK)
-        data = _validated(s.FollowupInput, request.data)
+        data = validated(s.FollowupInput, request.data)
         followup = followup_create(user=request.user, task=task, **data)
         return Response(s.FollowupOutput(followup).data, status=status.HTTP_201_CREATED)
 
@@ -258,10 +214,10 @@ class MyMemoriesView(APIView):
         operation_id="users_me_memories_list",
         summary="The caller's user-level memories",
         parameters=[*PAGING, s.MemoryFilterInput],
-        responses={200: paginated(s.MemoryOutput), **_errors(400, 401)},
+        responses={200: paginated(s.MemoryOutput), **errors(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        filters = _validated(s.MemoryFilterInput, request.query_params)
+        filters = validated(s.MemoryFilterInput, request.query_params)
         memories = selectors.memory_list_for_user(user=request.user, **filters)
         return paginated_response(request, self, memories, s.MemoryOutput)
 
@@ -269,10 +225,10 @@ class MyMemoriesView(APIView):
         operation_id="users_me_memories_create",
         summary="Remember something about the caller (a manual user-level memory)",
         request=s.MemoryInput,
-        responses={201: s.MemoryOutput, **_errors(400, 401)},
+        responses={201: s.MemoryOutput, **errors(400, 401)},
     )
     def post(self, request: Request) -> Response:
-        data = _validated(s.MemoryInput, request.data)
+        data = validated(s.MemoryInput, request.data)
         memory = memory_create(user=request.user, **data)
         return Response(s.MemoryOutput(memory).data, status=status.HTTP_201_CREATED)
 
@@ -283,11 +239,11 @@ class ProjectMemoriesView(APIView):
         operation_id="projects_memories_list",
         summary="A project's memories (manual and auto, active and superseded)",
         parameters=[*PAGING, s.MemoryFilterInput],
-        responses={200: paginated(s.MemoryOutput), **_errors(400, 401, 404)},
+        responses={200: paginated(s.MemoryOutput), **errors(400, 401, 404)},
     )
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
-        filters = _validated(s.MemoryFilterInput, request.query_params)
+        filters = validated(s.MemoryFilterInput, request.query_params)
         memories = selectors.memory_list_for_project(project=project, **filters)
         return paginated_response(request, self, memories, s.MemoryOutput)
 
@@ -295,11 +251,11 @@ class ProjectMemoriesView(APIView):
         operation_id="projects_memories_create",
         summary="Remember something about a project (create_task)",
         request=s.MemoryInput,
-        responses={201: s.MemoryOutput, **_errors(400, 401, 403, 404)},
+        responses={201: s.MemoryOutput, **errors(400, 401, 403, 404)},
     )
     def post(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=CREATE_TASK)
-        data = _validated(s.MemoryInput, request.data)
+        data = validated(s.MemoryInput, request.data)
         memory = memory_create(user=request.user, project=project, **data)
         return Response(s.MemoryOutput(memory).data, status=status.HTTP_201_CREATED)
 
@@ -309,7 +265,7 @@ class MemoryDetailView(APIView):
     @extend_schema(
         operation_id="memories_delete",
         summary="Forget a memory (its user, or create_task on its project)",
-        responses={204: None, **_errors(401, 403, 404)},
+        responses={204: None, **errors(401, 403, 404)},
     )
     def delete(self, request: Request, memory_id: str) -> Response:
         memory = memory_get_for_delete(user=request.user, memory_id=memory_id)
@@ -324,7 +280,7 @@ class MyQuotaView(APIView):
     @extend_schema(
         operation_id="users_me_quota_retrieve",
         summary="The caller's monthly quota: limit, spend this UTC month, remaining percent",
-        responses={200: s.QuotaOutput, **_errors(401)},
+        responses={200: s.QuotaOutput, **errors(401)},
     )
     def get(self, request: Request) -> Response:
         return Response(s.QuotaOutput(quota_status_get(user_id=request.user.pk)).data)
@@ -351,7 +307,7 @@ class UserQuotaView(APIView):
     @extend_schema(
         operation_id="users_quota_retrieve",
         summary="A user's quota (staff only)",
-        responses={200: s.QuotaOutput, **_errors(401, 403, 404)},
+        responses={200: s.QuotaOutput, **errors(401, 403, 404)},
     )
     def get(self, request: Request, username: str) -> Response:
         user = _user_by_username(username)
@@ -361,18 +317,18 @@ class UserQuotaView(APIView):
         operation_id="users_quota_set",
         summary="Set a user's monthly limit; null means unlimited (staff only)",
         request=s.QuotaInput,
-        responses={200: s.QuotaOutput, **_errors(400, 401, 403, 404)},
+        responses={200: s.QuotaOutput, **errors(400, 401, 403, 404)},
     )
     def put(self, request: Request, username: str) -> Response:
         user = _user_by_username(username)
-        data = _validated(s.QuotaInput, request.data)
+        data = validated(s.QuotaInput, request.data)
         quota_set(actor=request.user, user=user, **data)
         return Response(s.QuotaOutput(quota_status_get(user_id=user.pk)).data)
 
     @extend_schema(
         operation_id="users_quota_reset",
         summary="Drop a user's quota row: back to the default limit (staff only)",
-        responses={204: None, **_errors(401, 403, 404)},
+        responses={204: None, **errors(401, 403, 404)},
     )
     def delete(self, request: Request, username: str) -> Response:
         user = _user_by_username(username)
