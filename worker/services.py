@@ -159,6 +159,17 @@ def _close_run(*, task_id: int, worker_id: str, outcome: str, now: datetime) -> 
     )
 
 
+def _release(*, task_id: int, worker_id: str, changes: dict, outcome: str, now: datetime) -> bool:
+    """Apply `changes` to a task `worker_id` still holds and close its run; False if it does not.
+
+    Callers run it inside their transaction, with whatever else ends the turn.
+    """
+    if _owned(task_id=task_id, worker_id=worker_id).update(**changes) != 1:
+        return False
+    _close_run(task_id=task_id, worker_id=worker_id, outcome=outcome, now=now)
+    return True
+
+
 # --- Ending a turn ----------------------------------------------------------------------------
 
 
@@ -185,7 +196,9 @@ def task_finish(
     if result.thread_id:
         changes["thread_id"] = result.thread_id
     with transaction.atomic():
-        if _owned(task_id=task_id, worker_id=worker_id).update(**changes) != 1:
+        if not _release(
+            task_id=task_id, worker_id=worker_id, changes=changes, outcome=status, now=now
+        ):
             return False
         if result.events:
             turn = Task.objects.filter(pk=task_id).values_list("turn", flat=True)[0]
@@ -195,7 +208,6 @@ def task_finish(
                     for event in result.events
                 ]
             )
-        _close_run(task_id=task_id, worker_id=worker_id, outcome=status, now=now)
     return True
 
 
@@ -215,18 +227,23 @@ def task_quota_refusal(*, task: Task) -> str | None:
 def task_refuse(*, task_id: int, worker_id: str, reason: str, now: datetime | None = None) -> bool:
     """Fail the task without running it (quota refusal): the reason shows in its detail."""
     now = now or timezone.now()
+    changes = {
+        "status": TaskStatus.FAILED,
+        "failure_reason": reason,
+        "finished_at": now,
+        "heartbeat_at": None,
+        "is_resume": False,
+        "updated_at": now,
+    }
     with transaction.atomic():
-        updated = _owned(task_id=task_id, worker_id=worker_id).update(
-            status=TaskStatus.FAILED,
-            failure_reason=reason,
-            finished_at=now,
-            heartbeat_at=None,
-            is_resume=False,
-            updated_at=now,
-        )
-        if updated != 1:
+        if not _release(
+            task_id=task_id,
+            worker_id=worker_id,
+            changes=changes,
+            outcome=RunOutcome.REFUSED,
+            now=now,
+        ):
             return False
-        _close_run(task_id=task_id, worker_id=worker_id, outcome=RunOutcome.REFUSED, now=now)
         audit_record(
             action="worker_task_refused",
             actor_label=worker_actor_label(worker_id=worker_id),
@@ -249,16 +266,21 @@ def task_requeue(
         task = _owned(task_id=task_id, worker_id=worker_id).only("id", "turn").first()
         if task is None:
             return False
-        updated = _owned(task_id=task_id, worker_id=worker_id).update(
-            status=TaskStatus.QUEUED,
-            is_resume=True,
-            worker_id="",
-            heartbeat_at=None,
-            updated_at=now,
-        )
-        if updated != 1:
+        changes = {
+            "status": TaskStatus.QUEUED,
+            "is_resume": True,
+            "worker_id": "",
+            "heartbeat_at": None,
+            "updated_at": now,
+        }
+        if not _release(
+            task_id=task_id,
+            worker_id=worker_id,
+            changes=changes,
+            outcome=RunOutcome.REQUEUED,
+            now=now,
+        ):
             return False
-        _close_run(task_id=task_id, worker_id=worker_id, outcome=RunOutcome.REQUEUED, now=now)
         audit_record(
             action="worker_task_requeued",
             actor_label=worker_actor_label(worker_id=worker_id),
