@@ -3,24 +3,13 @@
 import pytest
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings, TaskAutoMemoryFlags
+from automemory.services.preferences import SETTINGS_FIELDS
 from tests.host.helpers import post_raw
 from tests.host.test_bad_input import BAD_BODIES
 
-FIELDS = (
-    "generate_memories",
-    "use_memories",
-    "disable_on_external_context",
-    "min_rate_limit_remaining_percent",
-    "idle_seconds",
-    "min_duration_seconds",
-    "min_result_chars",
-    "extract_model",
-    "consolidation_model",
-)
-
 
 def every_field(value: str) -> str:
-    return "{" + ", ".join(f'"{field}": {value}' for field in FIELDS) + "}"
+    return "{" + ", ".join(f'"{field}": {value}' for field in SETTINGS_FIELDS) + "}"
 
 
 # The host's malformed bodies (an empty body is a valid "change nothing" here), plus values
