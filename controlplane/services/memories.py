@@ -11,22 +11,14 @@ from controlplane.services.audit import audit_record
 def memory_create(*, user, content: str, project: Project | None = None) -> IdentityMemory:
     """A manual memory: about `project` when given, else about the user themself."""
     content = text_require(content, field="content", max_chars=MEMORY_MAX_CHARS).strip()
-    if project is None:
-        memory = IdentityMemory.objects.create(
-            scope=MemoryScope.USER,
-            user=user,
-            content=content,
-            source=MemorySource.MANUAL,
-            created_by=user,
-        )
-    else:
-        memory = IdentityMemory.objects.create(
-            scope=MemoryScope.PROJECT,
-            project=project,
-            content=content,
-            source=MemorySource.MANUAL,
-            created_by=user,
-        )
+    memory = IdentityMemory.objects.create(
+        scope=MemoryScope.USER if project is None else MemoryScope.PROJECT,
+        user=user if project is None else None,
+        project=project,
+        content=content,
+        source=MemorySource.MANUAL,
+        created_by=user,
+    )
     audit_record(
         action="memory_created",
         actor=user,

@@ -113,6 +113,28 @@ class ExecutionControl:
             logger.warning("could not record thread id %s", thread_id, exc_info=True)
 
 
+def spawn_agent(
+    args: list[str], *, env: dict[str, str], cwd: str | None = None
+) -> subprocess.Popen:
+    """Start an agent process: text pipes on stdin/stdout/stderr, in its own session.
+
+    Its own session keeps a Ctrl-C meant for the worker away from the agent and lets
+    `kill_process_group` stop the agent with everything it started.
+    """
+    return subprocess.Popen(
+        args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+
+
 def kill_process_group(process: subprocess.Popen) -> None:
     if process.poll() is not None:
         return

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from worker.executors.base import (
     ExecutionResult,
     TaskEventData,
     kill_process_group,
+    spawn_agent,
     stderr_tail,
 )
 
@@ -190,18 +190,7 @@ class CodexExecutor:
         timeout = settings.WORKER_CODEX_TIMEOUT_SECONDS
         stream = CodexStream()
         try:
-            process = subprocess.Popen(
-                args,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                cwd=workdir,
-                env=dict(os.environ),
-                start_new_session=True,
-            )
+            process = spawn_agent(args, cwd=workdir, env=dict(os.environ))
         except OSError as exc:
             return ExecutionResult.failed(f"could not start codex ({args[0]}): {exc}")
         control.attach(process)

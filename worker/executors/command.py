@@ -11,6 +11,7 @@ from worker.executors.base import (
     ExecutionRequest,
     ExecutionResult,
     kill_process_group,
+    spawn_agent,
     stderr_tail,
 )
 
@@ -40,17 +41,7 @@ class CommandExecutor:
             "CONTROLPLANE_TASK_THREAD_ID": request.thread_id,
         }
         try:
-            process = subprocess.Popen(
-                shlex.split(command_line),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                encoding="utf-8",
-                errors="replace",
-                env=env,
-                start_new_session=True,
-            )
+            process = spawn_agent(shlex.split(command_line), env=env)
         except OSError as exc:
             return ExecutionResult.failed(f"could not start {command_line!r}: {exc}")
         control.attach(process)
