@@ -178,7 +178,8 @@ class AutoMemoryLog(models.Model):
 class SweepState(models.Model):
     """Where the global sweep left off, so each round reads only what changed since.
 
-    `cursor_*` is the (updated_at, id) of the last completed task the sweep examined.
+    `cursor_*` is the (updated_at, id) of the last completed task the sweep examined;
+    `last_sweep_at` tells operators when a worker last swept.
     """
 
     name = models.CharField(max_length=32, primary_key=True)

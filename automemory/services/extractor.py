@@ -7,9 +7,10 @@ length, external context, quota); a task that fails one is logged as skipped wit
 and tried again later. A task that passes becomes one project memory; when another memory of
 the same project has the same goal, the one whose task finished later stays active.
 
-Cost: the global sweep reads only what changed since its previous round (tasks completed or
-updated since a cursor, the retry set of transient skips, and tasks whose user settings or
-flags changed), so it grows with pending work, not with history. Lookups are batched: the
+Cost: the global sweep reads only what may have a new answer (tasks completed or updated
+since a cursor, and the retry set: transient skips and errors whose `retry_after` has come,
+and skips marked for a recheck after a settings or flags change), so it grows with pending
+work, not with history. Lookups are batched: the
 read side runs a fixed number of queries whatever the number of candidates.
 """
 
@@ -220,24 +221,21 @@ def _global_candidates(*, now: datetime, force: bool, limit: int):
     def advance_cursor() -> None:
         # Only to a task actually seen, and never past `wall clock - margin`: a transaction
         # that commits late with an older `updated_at` is still read next round.
-        ceiling = timezone.now() - CURSOR_SAFETY_MARGIN
-        seen = [task for task in fresh_tasks if task.updated_at <= ceiling]
-        updates: dict[str, Any] = {"last_sweep_at": timezone.now()}
+        wall = timezone.now()
+        SweepState.objects.filter(name=GLOBAL_SWEEP).update(last_sweep_at=wall)
+        seen = [task for task in fresh_tasks if task.updated_at <= wall - CURSOR_SAFETY_MARGIN]
         if not seen:
-            SweepState.objects.filter(name=GLOBAL_SWEEP).update(**updates)
             return
         last = seen[-1]
-        updates.update(cursor_updated_at=last.updated_at, cursor_task_id=last.pk)
         behind = (
             Q(cursor_updated_at__isnull=True)
             | Q(cursor_updated_at__lt=last.updated_at)
             | Q(cursor_updated_at=last.updated_at, cursor_task_id__lt=last.pk)
         )
         # Another worker's sweep may be further already: never move the cursor back.
-        if not SweepState.objects.filter(behind, name=GLOBAL_SWEEP).update(**updates):
-            SweepState.objects.filter(name=GLOBAL_SWEEP).update(
-                last_sweep_at=updates["last_sweep_at"]
-            )
+        SweepState.objects.filter(behind, name=GLOBAL_SWEEP).update(
+            cursor_updated_at=last.updated_at, cursor_task_id=last.pk
+        )
 
     return fresh_tasks + retry_tasks, advance_cursor
 
@@ -304,20 +302,7 @@ def _process_batch(tasks: list[Task], *, now: datetime, force: bool, summary: Sw
                 extractable.append(task)
         _extract_all(extractable, verdicts=verdicts, summary=summary)
 
-    _write_skip_logs(
-        [task for task in tasks if verdicts[task.pk].outcome != Outcome.EXTRACTED],
-        verdicts=verdicts,
-        logs_by_task=logs_by_task,
-        now=now,
-        force=force,
-    )
-    _write_extraction_logs(
-        [task for task in tasks if verdicts[task.pk].outcome == Outcome.EXTRACTED],
-        verdicts=verdicts,
-        logs_by_task=logs_by_task,
-        now=now,
-        force=force,
-    )
+    _write_logs(tasks, verdicts=verdicts, logs_by_task=logs_by_task, now=now, force=force)
     summary.scanned += len(tasks)
     for verdict in verdicts.values():
         if verdict.outcome == Outcome.SKIPPED:
@@ -534,27 +519,17 @@ _LOG_UPDATE_FIELDS = [
 ]
 
 
-def _write_skip_logs(tasks, *, verdicts, logs_by_task, now, force) -> None:
-    """One upsert for every skip and error of the batch (one row per task, overwritten)."""
-    if not tasks:
-        return
+def _write_logs(tasks, *, verdicts, logs_by_task, now, force) -> None:
+    """One upsert for the whole batch: one row per task, overwritten by each attempt."""
     rows = [_log_row(t, verdicts[t.pk], logs_by_task.get(t.pk), now, force) for t in tasks]
-    # Never overwrite an `extracted` row another sweep wrote meanwhile.
+    # A skip or error must not overwrite an `extracted` row another sweep wrote meanwhile.
+    not_extracted_here = [row.task_id for row in rows if row.outcome != Outcome.EXTRACTED]
     extracted_meanwhile = set(
         AutoMemoryLog.objects.filter(
-            task_id__in=[row.task_id for row in rows], outcome=Outcome.EXTRACTED
+            task_id__in=not_extracted_here, outcome=Outcome.EXTRACTED
         ).values_list("task_id", flat=True)
     )
     rows = [row for row in rows if row.task_id not in extracted_meanwhile]
-    AutoMemoryLog.objects.bulk_create(
-        rows, update_conflicts=True, unique_fields=["task"], update_fields=_LOG_UPDATE_FIELDS
-    )
-
-
-def _write_extraction_logs(tasks, *, verdicts, logs_by_task, now, force) -> None:
-    if not tasks:
-        return
-    rows = [_log_row(t, verdicts[t.pk], logs_by_task.get(t.pk), now, force) for t in tasks]
     AutoMemoryLog.objects.bulk_create(
         rows, update_conflicts=True, unique_fields=["task"], update_fields=_LOG_UPDATE_FIELDS
     )
