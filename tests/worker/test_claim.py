@@ -3,8 +3,9 @@
 from datetime import timedelta
 
 from django.utils import timezone
+from freezegun import freeze_time
 
-from controlplane.models import TaskStatus
+from controlplane.models import Task, TaskStatus
 from worker import services
 from worker.models import RunOutcome, TaskRun
 
@@ -117,3 +118,12 @@ def test_losing_the_race_returns_none(project, task_factory, monkeypatch):
     task.refresh_from_db()
     assert task.worker_id == "w2"
     assert not TaskRun.objects.filter(worker_id="w1").exists()
+
+
+def test_a_task_created_without_a_queue_time_gets_one_and_its_place(project, alice):
+    with freeze_time(timezone.now() - timedelta(minutes=5)):
+        older = Task.objects.create(project=project, user=alice, prompt="older")
+    newer = Task.objects.create(project=project, user=alice, prompt="newer")
+    assert older.queued_at is not None and older.queued_at < newer.queued_at
+    claimed = [services.task_claim_next(worker_id="w1").pk for _ in range(2)]
+    assert claimed == [older.pk, newer.pk]
