@@ -40,25 +40,6 @@ def next_month_start(now: datetime) -> datetime:
     return start.replace(month=start.month + 1)
 
 
-def quota_limit_get(*, user_id: int) -> Decimal | None:
-    """The user's monthly limit: the row's value (None = unlimited), else the default."""
-    rows = list(Quota.objects.filter(user_id=user_id).values_list("monthly_limit_usd", flat=True))
-    if not rows:
-        return Decimal(settings.CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD)
-    return rows[0]
-
-
-def quota_spent_get(*, user_id: int, now: datetime | None = None) -> Decimal:
-    """Sum of the costs of the user's tasks created in the current UTC calendar month."""
-    now = now or timezone.now()
-    total = Task.objects.filter(
-        user_id=user_id,
-        created_at__gte=month_start(now),
-        created_at__lt=next_month_start(now),
-    ).aggregate(total=Sum("cost_usd"))["total"]
-    return Decimal(total or 0)
-
-
 def quota_status_get(*, user_id: int, now: datetime | None = None) -> QuotaStatus:
     """Limit, spend and remaining percent (0 to 100, two decimals) of this month's quota."""
     return quota_statuses_get(user_ids=[user_id], now=now)[user_id]
