@@ -35,6 +35,9 @@ class AutoMemorySettings(models.Model):
     )
     extract_model = models.CharField(max_length=200, null=True, blank=True)
     consolidation_model = models.CharField(max_length=200, null=True, blank=True)
+    # MCP servers whose tool calls count as internal (not external context); names as the
+    # executor reports them in `mcp_tool_call` events.
+    internal_mcp_servers = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -97,6 +100,7 @@ STABLE_REASONS = (
     "duration_too_short",
     "result_too_short",
     "external_context",
+    "private_content",
 )
 # An extraction that failed unexpectedly is retried this many times at most.
 MAX_ERROR_ATTEMPTS = 5
@@ -115,6 +119,7 @@ class Reason(models.TextChoices):
     DURATION_TOO_SHORT = "duration_too_short", "Run too short"
     RESULT_TOO_SHORT = "result_too_short", "Result too short"
     EXTERNAL_CONTEXT = "external_context", "Saw external context"
+    PRIVATE_CONTENT = "private_content", "Would hold a user-level memory's text"
     QUOTA_LOW = "quota_low", "Monthly quota low"
     QUOTA_CHECK_FAILED = "quota_check_failed", "Quota could not be read"
     NEW = "new", "New memory"

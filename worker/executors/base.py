@@ -25,6 +25,48 @@ STDERR_TAIL_CHARS = 2000
 
 
 @dataclass(frozen=True)
+class TokenUsage:
+    """Tokens one turn used, as the model counts them.
+
+    `cached_input_tokens` and `cache_write_input_tokens` are parts of `input_tokens`;
+    `reasoning_output_tokens` is a part of `output_tokens` (never billed twice).
+    """
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_output_tokens: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            *(getattr(self, name) + getattr(other, name) for name in TOKEN_USAGE_FIELDS)
+        )
+
+    def __sub__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            *(max(0, getattr(self, name) - getattr(other, name)) for name in TOKEN_USAGE_FIELDS)
+        )
+
+    def covers(self, other: TokenUsage) -> bool:
+        """True when every count here is at least the one in `other`."""
+        return all(getattr(self, name) >= getattr(other, name) for name in TOKEN_USAGE_FIELDS)
+
+    @property
+    def is_zero(self) -> bool:
+        return not any(getattr(self, name) for name in TOKEN_USAGE_FIELDS)
+
+
+TOKEN_USAGE_FIELDS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+)
+
+
+@dataclass(frozen=True)
 class ExecutionRequest:
     """Everything an executor needs to run one turn of a task. Never written back to the task."""
 
@@ -39,6 +81,10 @@ class ExecutionRequest:
     parent_task_id: int | None = None
     thread_id: str = ""
     continuation_prompt: str = ""
+    # The usage already recorded (in the usage ledger) for earlier runs of this task's agent
+    # thread; None when nothing is recorded. An executor whose agent reports thread-cumulative
+    # usage on resume subtracts it to get this turn's own usage.
+    thread_usage: TokenUsage | None = None
 
     @property
     def text(self) -> str:
@@ -66,6 +112,10 @@ class ExecutionResult:
     thread_id: str = ""
     events: list[TaskEventData] = field(default_factory=list)
     failure_reason: str = ""
+    # This turn's own usage (never thread-cumulative) and the model it was priced for;
+    # `cost_usd` is its price. The worker writes both to the usage ledger.
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    model: str = ""
 
     @classmethod
     def failed(cls, reason: str, **fields: Any) -> ExecutionResult:
