@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["REDACTED", "RULES", "Rule", "find_secrets", "redact"]
+__all__ = ["REDACTED", "RULES", "Rule", "find_secrets", "redact", "secret_kinds"]
 
 REDACTED = "[REDACTED]"
 
@@ -776,6 +776,15 @@ def find_secrets(text: str, *, merge: bool = True) -> list[tuple[str, int, int]]
             continue
         merged.append((name, start, end))
     return merged
+
+
+def secret_kinds(text: str) -> list[str]:
+    """The names of the rules that found a secret in ``text``, in order of first appearance.
+
+    Says what kind of secret is there without repeating it (a manual memory is refused with
+    these names, never with the value).
+    """
+    return list(dict.fromkeys(name for name, _start, _end in find_secrets(text, merge=False)))
 
 
 def redact(text: str) -> str:
