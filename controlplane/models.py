@@ -137,6 +137,12 @@ class Task(models.Model):
                 name="task_completed_updated_idx",
                 condition=Q(status="completed"),
             ),
+            # The per-user memory sweep reads one user's completed tasks changed since a point.
+            models.Index(
+                fields=["user", "updated_at", "id"],
+                name="task_user_completed_upd_idx",
+                condition=Q(status="completed"),
+            ),
             models.Index(fields=["project", "id"], name="task_project_idx"),
             # A user's spend this month: an index-only sum of costs by creation time.
             models.Index(fields=["user", "created_at", "cost_usd"], name="task_user_spend_idx"),
