@@ -162,9 +162,13 @@ WORKER_CODEX_WORKDIR = env.str("WORKER_CODEX_WORKDIR", default=str(VAR_DIR / "co
 WORKER_CODEX_SANDBOX = env.str("WORKER_CODEX_SANDBOX", default="workspace-write")
 WORKER_CODEX_MODEL = env.str("WORKER_CODEX_MODEL", default="")
 WORKER_CODEX_TIMEOUT_SECONDS = env.float("WORKER_CODEX_TIMEOUT_SECONDS", default=1800)
+# How `exec resume` usage is read when the CLI's session record is not readable:
+# cumulative (codex 0.171.0 reports the thread's total), per_turn or auto (docs/worker.md).
+WORKER_CODEX_RESUME_USAGE = env.str("WORKER_CODEX_RESUME_USAGE", default="cumulative")
 # USD per 1M tokens by model name; "default" prices a model missing from the table. Cached
-# input tokens are part of input_tokens in codex's usage and are billed at the cached rate.
-# Override with a JSON object in WORKER_CODEX_PRICES.
+# input and cache writes are parts of input_tokens in codex's usage, billed at the
+# cached_input and cache_write rates (each defaulting to input); reasoning tokens are part
+# of output_tokens. Override with a JSON object in WORKER_CODEX_PRICES.
 WORKER_CODEX_PRICES = env.json(
     "WORKER_CODEX_PRICES",
     default={

@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 
 from controlplane.models import TaskEvent, TaskStatus
+from worker.checks import worker_settings_check
 from worker.executors import ExecutionControl, ExecutionRequest
-from worker.executors.codex import CodexExecutor, CodexStream, Usage, usage_price
+from worker.executors.base import TokenUsage
+from worker.executors.codex import (
+    CodexExecutor,
+    CodexStream,
+    session_record_read,
+    stderr_reason,
+    turn_usage,
+    usage_price,
+)
 from worker.models import TaskRun
 
 FAKE = Path(__file__).with_name("fake_codex.py")
@@ -26,11 +35,17 @@ def codex(tmp_path, settings, monkeypatch):
     binary.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     binary.chmod(0o755)
     log = tmp_path / "codex-calls.jsonl"
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    monkeypatch.setenv("CODEX_HOME", str(home))
+    for name in ("FAKE_CODEX_USAGE", "FAKE_CODEX_TURN_USAGE", "FAKE_CODEX_SESSION_RECORD"):
+        monkeypatch.delenv(name, raising=False)
     settings.WORKER_CODEX_BINARY = str(binary)
     settings.WORKER_CODEX_WORKDIR = str(tmp_path / "work")
     settings.WORKER_CODEX_SANDBOX = "workspace-write"
     settings.WORKER_CODEX_MODEL = ""
     settings.WORKER_CODEX_PRICES = PRICES
+    settings.WORKER_CODEX_RESUME_USAGE = "per_turn"  # what the fake reports unless told
     monkeypatch.setenv("FAKE_CODEX_LOG", str(log))
     monkeypatch.delenv("FAKE_CODEX_MODE", raising=False)
 
@@ -42,6 +57,19 @@ def codex(tmp_path, settings, monkeypatch):
 
         def mode(self, value):
             monkeypatch.setenv("FAKE_CODEX_MODE", value)
+
+        def usage(self, value):
+            """Make the fake report `value` usage on resume, and the setting say so."""
+            monkeypatch.setenv("FAKE_CODEX_USAGE", value)
+            settings.WORKER_CODEX_RESUME_USAGE = value
+
+        def turn_usage(self, **counts):
+            monkeypatch.setenv("FAKE_CODEX_TURN_USAGE", json.dumps(counts))
+
+        def session_record(self):
+            monkeypatch.setenv("FAKE_CODEX_SESSION_RECORD", "1")
+
+        home = tmp_path / "codex-home"
 
     return Fake()
 
@@ -199,22 +227,51 @@ def test_the_thread_id_is_recorded_while_the_turn_runs(
     assert seen == [NEW_THREAD]  # stored before the result was
 
 
+TURN = TokenUsage(
+    input_tokens=1_000_000, cached_input_tokens=400_000, output_tokens=100_000
+)  # what fake_codex reports for one turn: $2.20 at PRICES
+
+
 @pytest.mark.parametrize(
     ("usage", "model", "expected"),
     [
-        (Usage(1_000_000, 0, 0), "gpt-x", Decimal("2.000000")),
-        (Usage(1_000_000, 1_000_000, 0), "gpt-x", Decimal("0.500000")),
-        (Usage(0, 0, 1_000), "gpt-x", Decimal("0.008000")),
-        (Usage(1_000_000, 0, 0), "cheap", Decimal("0.100000")),
+        (TokenUsage(input_tokens=1_000_000), "gpt-x", Decimal("2.000000")),
+        (TokenUsage(input_tokens=10**6, cached_input_tokens=10**6), "gpt-x", Decimal("0.5")),
+        # cache writes at their own rate; without one, at the input rate
+        (TokenUsage(input_tokens=10**6, cache_write_input_tokens=10**6), "cw", Decimal("2.5")),
+        (TokenUsage(input_tokens=10**6, cache_write_input_tokens=10**6), "gpt-x", Decimal("2")),
+        # reasoning tokens are a part of output tokens: billed once
+        (TokenUsage(output_tokens=1_000, reasoning_output_tokens=600), "gpt-x", Decimal("0.008")),
+        (TokenUsage(input_tokens=1_000_000), "cheap", Decimal("0.100000")),
+        # counts that claim more cached than input are capped at the input
+        (TokenUsage(input_tokens=100, cached_input_tokens=500), "gpt-x", Decimal("0.000050")),
     ],
 )
 def test_usage_is_priced_per_million_tokens(usage, model, expected):
-    prices = {**PRICES, "cheap": {"input": "0.1", "cached_input": "0.01", "output": "0.4"}}
+    prices = {
+        **PRICES,
+        "cheap": {"input": "0.1", "cached_input": "0.01", "output": "0.4"},
+        "cw": {"input": "2", "cached_input": "0.5", "cache_write": "2.5", "output": "8"},
+    }
     assert usage_price(usage=usage, model=model, prices=prices) == expected
 
 
+def test_input_cached_and_cache_writes_are_priced_apart():
+    usage = TokenUsage(
+        input_tokens=1_000_000,
+        cached_input_tokens=500_000,
+        cache_write_input_tokens=200_000,
+        output_tokens=10_000,
+        reasoning_output_tokens=4_000,
+    )
+    prices = {"default": {"input": "2", "cached_input": "0.5", "cache_write": "3", "output": "8"}}
+    # 300k at $2 + 500k at $0.50 + 200k at $3 + 10k at $8, per million
+    assert usage_price(usage=usage, model="", prices=prices) == Decimal("1.530000")
+
+
 def test_no_price_at_all_counts_zero():
-    assert usage_price(usage=Usage(10, 0, 10), model="x", prices={}) == Decimal("0")
+    usage = TokenUsage(input_tokens=10, output_tokens=10)
+    assert usage_price(usage=usage, model="x", prices={}) == Decimal("0")
 
 
 def test_the_stream_sums_usage_and_keeps_the_last_message():
@@ -222,12 +279,212 @@ def test_the_stream_sums_usage_and_keeps_the_last_message():
     for line in [
         '{"type":"item.completed","item":{"id":"a","type":"agent_message","text":"one"}}',
         '{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":4,'
-        '"output_tokens":2}}',
+        '"cache_write_input_tokens":3,"output_tokens":2,"reasoning_output_tokens":1}}',
         '{"type":"item.completed","item":{"id":"b","type":"agent_message","text":"two"}}',
         '{"type":"turn.completed","usage":{"input_tokens":"bad","output_tokens":3}}',
         "",
     ]:
         stream.feed(line)
     assert stream.last_message == "two"
-    assert stream.usage == Usage(10, 4, 5)
+    assert stream.usage == TokenUsage(10, 4, 3, 5, 1)
     assert stream.malformed_lines == 0
+
+
+def test_an_error_item_is_a_warning_not_a_failure(codex):
+    result = CodexExecutor().execute(_request(), control=ExecutionControl())
+    assert result.status == "completed"
+    stream = CodexStream()
+    stream.feed('{"type":"item.completed","item":{"id":"i","type":"error","message":"slow"}}')
+    assert stream.warnings == ["slow"]
+    assert stream.failure_detail() == ""
+
+
+def test_a_web_search_item_with_two_ids_keeps_the_first_and_the_other_aside(codex):
+    result = CodexExecutor().execute(_request(), control=ExecutionControl())
+    search = result.events[1].data
+    assert search["id"] == "item_4"
+    assert search["duplicate_keys"] == {"id": ["ws_91"]}
+    assert search["query"] == "django session expiry"
+
+
+# --- A turn's own usage -----------------------------------------------------------------------
+
+
+def _turns(codex, count, *, thread_usage_known=True):
+    """Run a first turn and `count - 1` resumed turns; each result as the executor gave it."""
+    results = [CodexExecutor().execute(_request(), control=ExecutionControl())]
+    recorded = results[0].usage
+    for turn in range(2, count + 1):
+        request = _request(
+            turn=turn,
+            thread_id=results[0].thread_id,
+            continuation_prompt=f"turn {turn}",
+            thread_usage=recorded if thread_usage_known else None,
+        )
+        results.append(CodexExecutor().execute(request, control=ExecutionControl()))
+        recorded = recorded + results[-1].usage
+    return results
+
+
+def test_per_turn_reports_are_billed_as_they_are(codex):
+    codex.usage("per_turn")
+    results = _turns(codex, 3)
+    assert [r.usage for r in results] == [TURN, TURN, TURN]
+    assert [r.cost_usd for r in results] == [Decimal("2.2")] * 3
+
+
+def test_cumulative_reports_on_resume_are_billed_less_the_thread_s_recorded_total(codex):
+    codex.usage("cumulative")
+    results = _turns(codex, 3)
+    assert [r.usage for r in results] == [TURN, TURN, TURN]
+    assert sum(r.cost_usd for r in results) == Decimal("6.6")
+
+
+def test_auto_reads_a_report_that_covers_the_recorded_total_as_cumulative(codex, settings):
+    codex.usage("cumulative")
+    settings.WORKER_CODEX_RESUME_USAGE = "auto"
+    assert [r.usage for r in _turns(codex, 3)] == [TURN, TURN, TURN]
+
+
+def test_a_resumed_thread_with_no_recorded_usage_is_billed_the_whole_report(codex, caplog):
+    codex.usage("cumulative")
+    with caplog.at_level(logging.WARNING, logger="worker.executors.codex"):
+        results = _turns(codex, 2, thread_usage_known=False)
+    assert results[1].usage == TURN + TURN  # an upper bound, never less than was spent
+    assert "no recorded earlier usage" in caplog.text
+
+
+def test_the_cli_s_session_record_decides_whatever_the_ledger_knows(codex, settings):
+    codex.usage("cumulative")
+    codex.session_record()
+    settings.WORKER_CODEX_PRICES = {**PRICES, "gpt-5-mini": {"input": "1", "output": "1"}}
+    results = _turns(codex, 3, thread_usage_known=False)
+    assert [r.usage for r in results] == [TURN, TURN, TURN]
+    # no WORKER_CODEX_MODEL: the model the session record names is priced
+    assert [r.model for r in results] == ["gpt-5-mini"] * 3
+    assert [r.cost_usd for r in results] == [Decimal("1.1")] * 3
+
+
+def test_a_checkpoint_resume_on_a_thread_with_a_session_record_bills_only_itself(codex):
+    codex.usage("cumulative")
+    codex.session_record()
+    first = CodexExecutor().execute(_request(), control=ExecutionControl())
+    resume = _request(is_resume=True, thread_id=first.thread_id)
+    again = CodexExecutor().execute(resume, control=ExecutionControl())
+    assert again.usage == TURN
+    assert again.thread_id == first.thread_id
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected", "source"),
+    [
+        # a new thread reports its own usage
+        ({"resumed": False}, TokenUsage(30, 10, 0, 3, 1), "fresh_thread"),
+        ({"mode": "per_turn"}, TokenUsage(30, 10, 0, 3, 1), "per_turn"),
+        ({}, TokenUsage(20, 6, 0, 2, 1), "cumulative"),
+        ({"thread_usage": None}, TokenUsage(30, 10, 0, 3, 1), "unknown_previous"),
+        # a report below the recorded total: floored per count, or per-turn under auto
+        ({"thread_usage": TokenUsage(40, 4, 0, 1, 0)}, TokenUsage(0, 6, 0, 2, 1), "cumulative"),
+        (
+            {"thread_usage": TokenUsage(40, 4, 0, 1, 0), "mode": "auto"},
+            TokenUsage(30, 10, 0, 3, 1),
+            "per_turn",
+        ),
+        # the session record wins over the report and the ledger
+        (
+            {"session_before": TokenUsage(25, 9, 0, 2, 0), "session_after": TokenUsage(30, 10)},
+            TokenUsage(5, 1, 0, 0, 0),
+            "session_record",
+        ),
+        (
+            {"resumed": False, "session_after": TokenUsage(7, 0, 0, 1, 0)},
+            TokenUsage(7, 0, 0, 1, 0),
+            "session_record",
+        ),
+        # a record after the run but none before a resume: not trusted
+        ({"session_after": TokenUsage(99)}, TokenUsage(20, 6, 0, 2, 1), "cumulative"),
+    ],
+)
+def test_turn_usage_rules(fields, expected, source):
+    values = {
+        "reported": TokenUsage(30, 10, 0, 3, 1),
+        "resumed": True,
+        "session_before": None,
+        "session_after": None,
+        "thread_usage": TokenUsage(10, 4, 0, 1, 0),
+        "mode": "cumulative",
+    }
+    decision = turn_usage(**{**values, **fields})
+    assert (decision.usage, decision.source) == (expected, source)
+
+
+def test_a_session_record_is_looked_up_only_for_a_plain_thread_id(tmp_path):
+    sessions = tmp_path / "sessions" / "2026" / "11" / "30"
+    sessions.mkdir(parents=True)
+    (sessions / "rollout-2026-11-30T00-00-00-abc.jsonl").write_text(
+        '{"type":"event_msg","payload":{"type":"token_count","info":null}}\n'
+        "not json\n"
+        '{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":'
+        '{"input_tokens":5,"output_tokens":2}}}}\n'
+    )
+    assert session_record_read(thread_id="abc", home=tmp_path).total == TokenUsage(5, 0, 0, 2, 0)
+    assert session_record_read(thread_id="*", home=tmp_path) is None
+    assert session_record_read(thread_id="../abc", home=tmp_path) is None
+    assert session_record_read(thread_id="other", home=tmp_path) is None
+
+
+# --- Failure reasons --------------------------------------------------------------------------
+
+
+def test_a_failed_turn_names_the_turn_failed_event_not_stderr_noise(codex):
+    codex.mode("turn_failed")
+    result = CodexExecutor().execute(_request(), control=ExecutionControl())
+    assert result.failure_reason == "codex exit status 1: usage limit reached"
+
+
+def test_without_a_failure_event_stderr_is_used_without_the_cli_s_noise(codex):
+    codex.mode("stderr_only")
+    result = CodexExecutor().execute(_request(), control=ExecutionControl())
+    assert result.failure_reason == (
+        "codex exit status 1: Error: thread/resume: no rollout found for thread id th-9"
+    )
+
+
+def test_the_last_error_event_is_the_reason_when_no_turn_failed_came():
+    stream = CodexStream()
+    stream.feed('{"type":"error","message":"Reconnecting... 1/5"}')
+    stream.feed('{"type":"error","message":"stream disconnected: 500"}')
+    assert stream.failure_detail() == "stream disconnected: 500"
+    stream.feed('{"type":"turn.failed","error":{"message":"model overloaded"}}')
+    assert stream.failure_detail() == "model overloaded"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "expected"),
+    [
+        ("WARNING: proceeding, even though we could not create PATH aliases: x\n", ""),
+        ("2026-11-30T16:03:30.719050Z ERROR codex_core::tools::router: error=x\n", ""),
+        ("2026-11-30T16:03:30Z  WARN codex_exec: slow\nreal problem\n", "real problem"),
+        ("Error: bad config\n\nStack backtrace:\n   0: <unknown>\n", "Error: bad config"),
+        ("thread 'main' panicked at x.rs:1:\nboom\n", "thread 'main' panicked at x.rs:1:\nboom"),
+    ],
+)
+def test_stderr_noise_is_left_out(stderr, expected):
+    assert stderr_reason(stderr) == expected
+
+
+# --- Settings checks --------------------------------------------------------------------------
+
+
+def test_codex_settings_are_checked(settings):
+    def ids():
+        return [problem.id for problem in worker_settings_check()]
+
+    assert ids() == []
+    settings.WORKER_CODEX_RESUME_USAGE = "sometimes"
+    assert ids() == ["worker.W004"]
+    settings.WORKER_CODEX_RESUME_USAGE = "auto"
+    settings.WORKER_CODEX_PRICES = {"default": {"input": "x", "outptu": 1}, "m": []}
+    assert ids() == ["worker.W005"] * 3
+    settings.WORKER_CODEX_PRICES = "cheap"
+    assert ids() == ["worker.W005"]

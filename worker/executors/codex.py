@@ -3,6 +3,8 @@
 A first turn runs `codex exec --json --skip-git-repo-check -C <dir> --sandbox <mode> [-m M] -`
 with the text on stdin. A later turn (or a checkpoint resume of a turn whose thread is known)
 runs `codex exec ... resume <thread_id> -`, continuing the same agent thread.
+
+A turn's usage is its own, never the thread's: see `turn_usage` and docs/worker.md.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,10 +23,12 @@ from typing import Any
 from django.conf import settings
 
 from worker.executors.base import (
+    TOKEN_USAGE_FIELDS,
     ExecutionControl,
     ExecutionRequest,
     ExecutionResult,
     TaskEventData,
+    TokenUsage,
     kill_process_group,
     spawn_agent,
     stderr_tail,
@@ -38,37 +43,198 @@ EVENT_MAX_JSON_CHARS = 16_000
 ONE_MILLION = Decimal(1_000_000)
 COST_QUANTUM = Decimal("0.000001")
 
+# How `turn.completed.usage` of an `exec resume` run is read when the CLI's session record
+# cannot be: the whole thread so far (codex 0.171.0), this turn only, or decided per run.
+RESUME_USAGE_MODES = ("cumulative", "per_turn", "auto")
 
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    cached_input_tokens: int = 0
-    output_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.cached_input_tokens + other.cached_input_tokens,
-            self.output_tokens + other.output_tokens,
-        )
+# stderr lines the CLI writes on healthy runs too; never a failure reason.
+STDERR_NOISE = (
+    re.compile(r"^WARNING: proceeding, even though we could not create PATH aliases"),
+    re.compile(r"^Reading prompt from stdin"),
+    # tracing lines of codex's own crates: "2026-11-30T16:03:30.719Z ERROR codex_core::...: ..."
+    re.compile(r"^\S+\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+codex_\w+(::\w+)*:"),
+)
+# A Rust error report ends with a backtrace of unnamed frames: not worth a failure reason.
+STDERR_BACKTRACE = "Stack backtrace:"
+THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9-]{1,100}$")
 
 
-def usage_price(*, usage: Usage, model: str, prices: dict[str, Any]) -> Decimal:
+def usage_price(*, usage: TokenUsage, model: str, prices: dict[str, Any]) -> Decimal:
     """USD for `usage` at `prices[model]` (else `prices["default"]`), per 1M tokens.
 
-    `cached_input_tokens` are a part of `input_tokens`, billed at the cached rate.
+    Cached input and cache writes are parts of `input_tokens`, billed at the `cached_input` and
+    `cache_write` rates (each defaulting to `input`); reasoning tokens are a part of
+    `output_tokens` and are not billed again.
     """
     table = prices.get(model) or prices.get("default")
     if not table:
         logger.warning("no price for codex model %r and no default price: cost counted as 0", model)
         return Decimal("0")
+
+    def rate(name: str, fallback: str = "input") -> Decimal:
+        return Decimal(str(table.get(name, table.get(fallback, 0))))
+
     cached = min(usage.cached_input_tokens, usage.input_tokens)
+    cache_write = min(usage.cache_write_input_tokens, usage.input_tokens - cached)
+    uncached = usage.input_tokens - cached - cache_write
     cost = (
-        Decimal(usage.input_tokens - cached) * Decimal(str(table.get("input", 0)))
-        + Decimal(cached) * Decimal(str(table.get("cached_input", table.get("input", 0))))
-        + Decimal(usage.output_tokens) * Decimal(str(table.get("output", 0)))
+        Decimal(uncached) * rate("input")
+        + Decimal(cached) * rate("cached_input")
+        + Decimal(cache_write) * rate("cache_write")
+        + Decimal(usage.output_tokens) * rate("output", fallback="output")
     ) / ONE_MILLION
     return cost.quantize(COST_QUANTUM)
+
+
+@dataclass(frozen=True)
+class UsageDecision:
+    """This turn's own usage and how it was told apart from the thread's."""
+
+    usage: TokenUsage
+    source: str  # session_record | fresh_thread | per_turn | cumulative | unknown_previous
+
+
+def turn_usage(
+    *,
+    reported: TokenUsage,
+    resumed: bool,
+    session_before: TokenUsage | None,
+    session_after: TokenUsage | None,
+    thread_usage: TokenUsage | None,
+    mode: str,
+) -> UsageDecision:
+    """This turn's own usage, whatever the CLI reports on `turn.completed`.
+
+    1. The CLI's session record of the thread, read before and after the run, counts exactly
+       what this run used (after - before; before is zero for a new thread). It also counts
+       model requests of a run that failed or was killed before `turn.completed`.
+    2. Without it, a run that started a new thread reports its own usage.
+    3. A resumed thread: `per_turn` takes the report as it is; `cumulative` subtracts the
+       thread's previous total recorded in the ledger (`thread_usage`, floored at 0 per
+       count); `auto` (and an unknown mode) subtracts it when the report covers it and takes
+       the report as per-turn when it does not. With no recorded total the whole report is
+       billed, an upper bound (a warning is logged): under-billing would let a user run past
+       their quota.
+    """
+    if session_after is not None and (session_before is not None or not resumed):
+        own = session_after - (session_before or TokenUsage())
+        if not reported.is_zero and reported not in (own, session_after):
+            logger.warning(
+                "codex: turn.completed usage %s matches neither this run (%s) nor the thread "
+                "(%s) in the session record; the session record is used",
+                reported,
+                own,
+                session_after,
+            )
+        return UsageDecision(own, "session_record")
+    if not resumed:
+        return UsageDecision(reported, "fresh_thread")
+    if mode == "per_turn":
+        return UsageDecision(reported, "per_turn")
+    if thread_usage is None:
+        logger.warning(
+            "codex: a resumed thread with no recorded earlier usage; the reported usage %s is "
+            "billed whole (WORKER_CODEX_RESUME_USAGE=%s)",
+            reported,
+            mode,
+        )
+        return UsageDecision(reported, "unknown_previous")
+    if reported.covers(thread_usage):
+        return UsageDecision(reported - thread_usage, "cumulative")
+    if mode == "cumulative":
+        logger.warning(
+            "codex: reported thread usage %s is below the recorded total %s; this turn is "
+            "billed the difference, floored at 0 per count",
+            reported,
+            thread_usage,
+        )
+        return UsageDecision(reported - thread_usage, "cumulative")
+    return UsageDecision(reported, "per_turn")
+
+
+def codex_home() -> Path:
+    """Where the CLI keeps its config and sessions (the worker's `CODEX_HOME`, else ~/.codex)."""
+    return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+
+
+def session_record_path(*, thread_id: str, home: Path | None = None) -> Path | None:
+    """The CLI's rollout file of a thread (`sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`)."""
+    if not thread_id or not THREAD_ID_PATTERN.match(thread_id):
+        return None
+    matches = sorted((home or codex_home()).glob(f"sessions/*/*/*/rollout-*-{thread_id}.jsonl"))
+    return matches[-1] if matches else None
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """What the CLI's rollout file says about a thread: its token total and the last model."""
+
+    total: TokenUsage
+    model: str
+
+
+def session_record_read(*, thread_id: str, home: Path | None = None) -> SessionRecord | None:
+    """The thread's total usage as the CLI counted it (`token_count.total_token_usage`).
+
+    None when there is no readable record (another machine's thread, a different CLI).
+    """
+    path = session_record_path(thread_id=thread_id, home=home)
+    if path is None:
+        return None
+    total: TokenUsage | None = None
+    model = ""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if '"token_count"' in line:
+                    info = (_json_object(line).get("payload") or {}).get("info")
+                    if isinstance(info, dict) and isinstance(info.get("total_token_usage"), dict):
+                        total = token_usage_parse(info["total_token_usage"])
+                elif '"turn_context"' in line:
+                    payload = _json_object(line).get("payload")
+                    if isinstance(payload, dict) and isinstance(payload.get("model"), str):
+                        model = payload["model"]
+    except OSError:
+        logger.warning("codex: could not read the session record %s", path, exc_info=True)
+        return None
+    return SessionRecord(total=total or TokenUsage(), model=model)
+
+
+def _json_object(line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line, object_pairs_hook=_first_key_wins)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _first_key_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose key repeats keeps the first value (codex's `web_search` items have
+    two `id` keys: the thread item's, then the model's); later ones go to `duplicate_keys`."""
+    result: dict[str, Any] = {}
+    duplicates: dict[str, list[Any]] = {}
+    for key, value in pairs:
+        if key in result:
+            duplicates.setdefault(key, []).append(value)
+        else:
+            result[key] = value
+    if duplicates:
+        result["duplicate_keys"] = duplicates
+    return result
+
+
+def token_usage_parse(raw: Any) -> TokenUsage:
+    """A `TokenUsage` from codex's usage object; missing or bad counts are 0."""
+    if not isinstance(raw, dict):
+        return TokenUsage()
+
+    def count(key: str) -> int:
+        try:
+            return max(0, int(raw.get(key) or 0))
+        except (TypeError, ValueError):
+            return 0
+
+    return TokenUsage(*(count(name) for name in TOKEN_USAGE_FIELDS))
 
 
 @dataclass
@@ -77,10 +243,11 @@ class CodexStream:
 
     thread_id: str = ""
     last_message: str = ""
-    usage: Usage = field(default_factory=Usage)
+    usage: TokenUsage = field(default_factory=TokenUsage)
     turn_completed: bool = False
     turn_failures: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     events: list[TaskEventData] = field(default_factory=list)
     malformed_lines: int = 0
 
@@ -90,7 +257,7 @@ class CodexStream:
         if not line:
             return None
         try:
-            event = json.loads(line)
+            event = json.loads(line, object_pairs_hook=_first_key_wins)
         except ValueError:
             event = None
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
@@ -104,12 +271,18 @@ class CodexStream:
             self._item_completed(event.get("item"))
         elif kind == "turn.completed":
             self.turn_completed = True
-            self.usage = self.usage + _usage(event.get("usage"))
+            self.usage = self.usage + token_usage_parse(event.get("usage"))
         elif kind == "turn.failed":
             self.turn_failures.append(_message(event.get("error")) or "turn failed")
         elif kind == "error":
             self.errors.append(_message(event) or "error")
         return event
+
+    def failure_detail(self) -> str:
+        """Why the turn failed, from the events: the `turn.failed` message, else the last error."""
+        if self.turn_failures:
+            return "; ".join(self.turn_failures)
+        return self.errors[-1] if self.errors else ""
 
     def _item_completed(self, item: Any) -> None:
         if not isinstance(item, dict):
@@ -118,21 +291,24 @@ class CodexStream:
         item_type = item.get("type")
         if item_type == "agent_message" and isinstance(item.get("text"), str):
             self.last_message = item["text"]
+        elif item_type == "error":
+            # a non-fatal warning (e.g. "Model metadata for `x` not found"): the turn goes on
+            self.warnings.append(_message(item))
+            logger.info("codex warning: %.500s", _message(item))
         elif item_type in EVENT_ITEM_TYPES:
             self.events.append(TaskEventData(kind=item_type, data=_compact(item)))
 
 
-def _usage(raw: Any) -> Usage:
-    if not isinstance(raw, dict):
-        return Usage()
-
-    def count(key: str) -> int:
-        try:
-            return max(0, int(raw.get(key) or 0))
-        except (TypeError, ValueError):
-            return 0
-
-    return Usage(count("input_tokens"), count("cached_input_tokens"), count("output_tokens"))
+def stderr_reason(text: str) -> str:
+    """The stderr tail worth showing: without the CLI's routine noise and backtrace frames."""
+    kept = []
+    for line in (text or "").splitlines():
+        if line.strip() == STDERR_BACKTRACE:
+            break
+        if any(pattern.match(line) for pattern in STDERR_NOISE):
+            continue
+        kept.append(line)
+    return stderr_tail("\n".join(kept))
 
 
 def _message(raw: Any) -> str:
@@ -161,6 +337,9 @@ class CodexExecutor:
 
     name = "codex"
 
+    def resumes(self, request: ExecutionRequest) -> bool:
+        return bool(request.thread_id) and (request.turn > 1 or request.is_resume)
+
     def command_line(self, request: ExecutionRequest, *, workdir: Path) -> list[str]:
         args = [
             settings.WORKER_CODEX_BINARY,
@@ -174,7 +353,7 @@ class CodexExecutor:
         ]
         if settings.WORKER_CODEX_MODEL:
             args += ["-m", settings.WORKER_CODEX_MODEL]
-        if request.thread_id and (request.turn > 1 or request.is_resume):
+        if self.resumes(request):
             args += ["resume", request.thread_id]
         args.append("-")  # the prompt comes on stdin
         return args
@@ -188,6 +367,8 @@ class CodexExecutor:
         workdir = self.workdir(request)
         args = self.command_line(request, workdir=workdir)
         timeout = settings.WORKER_CODEX_TIMEOUT_SECONDS
+        resumes = self.resumes(request)
+        before = session_record_read(thread_id=request.thread_id) if resumes else None
         stream = CodexStream()
         try:
             process = spawn_agent(args, cwd=workdir, env=dict(os.environ))
@@ -227,12 +408,33 @@ class CodexExecutor:
             stderr_reader.join(timeout=5)
         stderr_text = "".join(stderr_lines)
         thread_id = stream.thread_id or request.thread_id
-        cost = usage_price(
-            usage=stream.usage,
-            model=settings.WORKER_CODEX_MODEL,
-            prices=settings.WORKER_CODEX_PRICES,
+        resumed = resumes and thread_id == request.thread_id
+        after = session_record_read(thread_id=thread_id) if thread_id else None
+        decision = turn_usage(
+            reported=stream.usage,
+            resumed=resumed,
+            session_before=before.total if before and resumed else None,
+            session_after=after.total if after else None,
+            thread_usage=request.thread_usage,
+            mode=settings.WORKER_CODEX_RESUME_USAGE,
         )
-        common = {"cost_usd": cost, "thread_id": thread_id, "events": stream.events}
+        model = settings.WORKER_CODEX_MODEL or (after.model if after else "")
+        cost = usage_price(usage=decision.usage, model=model, prices=settings.WORKER_CODEX_PRICES)
+        logger.info(
+            "codex: task %s turn %s used %s (%s): $%s",
+            request.task_id,
+            request.turn,
+            decision.usage,
+            decision.source,
+            cost,
+        )
+        common = {
+            "cost_usd": cost,
+            "thread_id": thread_id,
+            "events": stream.events,
+            "usage": decision.usage,
+            "model": model,
+        }
         if stream.malformed_lines:
             logger.warning(
                 "codex: task %s had %d malformed event lines",
@@ -242,15 +444,16 @@ class CodexExecutor:
         if control.cancelled:
             return ExecutionResult.failed("cancelled by the worker", **common)
         if timed_out.is_set():
-            return ExecutionResult.failed(f"codex timed out after {timeout:g}s", **common)
+            detail = stream.failure_detail()
+            return ExecutionResult.failed(
+                f"codex timed out after {timeout:g}s" + (f": {detail}" if detail else ""), **common
+            )
         if returncode != 0:
-            detail = stderr_tail(stderr_text) or "; ".join(stream.turn_failures + stream.errors)
+            detail = stream.failure_detail() or stderr_reason(stderr_text) or "no event, no stderr"
             return ExecutionResult.failed(f"codex exit status {returncode}: {detail}", **common)
         if stream.turn_failures:
-            return ExecutionResult.failed(
-                "codex turn failed: " + "; ".join(stream.turn_failures), **common
-            )
+            return ExecutionResult.failed("codex turn failed: " + stream.failure_detail(), **common)
         if not stream.turn_completed:
-            detail = "; ".join(stream.errors) or stderr_tail(stderr_text) or "no turn.completed"
+            detail = stream.failure_detail() or stderr_reason(stderr_text) or "no turn.completed"
             return ExecutionResult.failed(f"codex did not complete the turn: {detail}", **common)
         return ExecutionResult(status="completed", result_text=stream.last_message, **common)
