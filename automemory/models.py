@@ -1,6 +1,7 @@
 """Auto memory's own tables: per-user settings, per-task flags and the extraction log."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -10,6 +11,39 @@ from controlplane.models import IdentityMemory, Task
 MAX_IDLE_SECONDS = 30 * 24 * 3600
 MAX_DURATION_SECONDS = 7 * 24 * 3600
 MAX_RESULT_CHARS = 1_000_000
+MAX_INTERNAL_MCP_SERVERS = 50
+MCP_SERVER_NAME_MAX_CHARS = 100
+
+
+def mcp_server_names_problems(value) -> list[str]:
+    """Why `value` is not a list of MCP server names (distinct, non-empty, printable, short)."""
+    if not isinstance(value, list):
+        return ["Must be a JSON list of server names."]
+    if len(value) > MAX_INTERNAL_MCP_SERVERS:
+        return [f"Ensure this list has at most {MAX_INTERNAL_MCP_SERVERS} names."]
+    problems, seen = [], set()
+    for index, name in enumerate(value):
+        if not isinstance(name, str):
+            problems.append(f"Item {index}: must be a string.")
+        elif not name.strip():
+            problems.append(f"Item {index}: may not be blank.")
+        elif name != name.strip():
+            problems.append(f"Item {index}: may not start or end with white space.")
+        elif len(name) > MCP_SERVER_NAME_MAX_CHARS:
+            problems.append(f"Item {index}: at most {MCP_SERVER_NAME_MAX_CHARS} characters.")
+        elif not name.isprintable():
+            problems.append(f"Item {index}: may not contain control characters.")
+        elif name in seen:
+            problems.append(f"Item {index}: {name!r} is listed twice.")
+        else:
+            seen.add(name)
+    return problems
+
+
+def validate_mcp_server_names(value) -> None:
+    problems = mcp_server_names_problems(value)
+    if problems:
+        raise ValidationError(problems)
 
 
 class AutoMemorySettings(models.Model):
@@ -37,7 +71,9 @@ class AutoMemorySettings(models.Model):
     consolidation_model = models.CharField(max_length=200, null=True, blank=True)
     # MCP servers whose tool calls count as internal (not external context); names as the
     # executor reports them in `mcp_tool_call` events.
-    internal_mcp_servers = models.JSONField(default=list, blank=True)
+    internal_mcp_servers = models.JSONField(
+        default=list, blank=True, validators=[validate_mcp_server_names]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -104,6 +140,10 @@ STABLE_REASONS = (
 )
 # An extraction that failed unexpectedly is retried this many times at most.
 MAX_ERROR_ATTEMPTS = 5
+# The retry set: what the sweep looks at again without the task changing.
+RETRY_CONDITION = (
+    Q(outcome="error") | Q(outcome="skipped", reason__in=TRANSIENT_REASONS) | Q(recheck=True)
+)
 
 
 class Outcome(models.TextChoices):
@@ -153,6 +193,9 @@ class AutoMemoryLog(models.Model):
     detail = models.TextField(blank=True, default="")
     first_attempt_at = models.DateTimeField()
     last_attempt_at = models.DateTimeField()
+    # Set when the task's memory was withdrawn because the task saw external context after it
+    # was written: the task is never extracted again.
+    retracted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-last_attempt_at", "-task_id"]
@@ -160,11 +203,18 @@ class AutoMemoryLog(models.Model):
             models.Index(fields=["user", "-last_attempt_at"], name="amlog_user_recent_idx"),
             # The sweep's retry set: transient skips and errors, whatever the history size.
             models.Index(
-                fields=["last_attempt_at"],
-                name="amlog_retry_idx",
-                condition=Q(outcome="error")
-                | Q(outcome="skipped", reason__in=TRANSIENT_REASONS)
-                | Q(recheck=True),
+                fields=["last_attempt_at"], name="amlog_retry_idx", condition=RETRY_CONDITION
+            ),
+            # The per-user sweep: one user's retry set, and (forced) one user's skips.
+            models.Index(
+                fields=["user", "last_attempt_at"],
+                name="amlog_user_retry_idx",
+                condition=RETRY_CONDITION,
+            ),
+            models.Index(
+                fields=["user", "last_attempt_at"],
+                name="amlog_user_skipped_idx",
+                condition=Q(outcome="skipped"),
             ),
         ]
         constraints = [

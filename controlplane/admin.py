@@ -6,12 +6,52 @@ from controlplane.models import (
     AuditEvent,
     IdentityMemory,
     Membership,
+    MonthlySpend,
     Project,
     Quota,
     Task,
     TaskEvent,
     TaskFollowup,
+    UsageRecord,
 )
+
+USAGE_COLUMNS = [
+    "kind",
+    "turn",
+    "finished_at",
+    "executor",
+    "model",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+    "cost_usd",
+]
+
+
+class ReadOnlyAdminMixin:
+    """The usage ledger and its monthly totals are written by services only."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class UsageRecordInline(ReadOnlyAdminMixin, admin.TabularInline):
+    """A task's runs with their own usage and cost."""
+
+    model = UsageRecord
+    fields = USAGE_COLUMNS
+    readonly_fields = USAGE_COLUMNS
+    extra = 0
+    verbose_name = "run"
+    verbose_name_plural = "runs (usage ledger)"
 
 
 class MembershipInline(admin.TabularInline):
@@ -54,6 +94,7 @@ class TaskAdmin(admin.ModelAdmin):
     autocomplete_fields = ["project", "user", "parent_task"]
     date_hierarchy = "created_at"
     readonly_fields = ["created_at", "updated_at"]
+    inlines = [UsageRecordInline]
 
 
 @admin.register(TaskFollowup)
@@ -75,6 +116,23 @@ class QuotaAdmin(admin.ModelAdmin):
     list_display = ["user", "monthly_limit_usd", "updated_at"]
     search_fields = ["user__username"]
     autocomplete_fields = ["user"]
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["id", "user", "task", "project", *USAGE_COLUMNS]
+    list_filter = ["kind", "executor", "model"]
+    search_fields = ["user__username", "thread_id", "model"]
+    list_select_related = ["user", "task", "project"]
+    date_hierarchy = "finished_at"
+
+
+@admin.register(MonthlySpend)
+class MonthlySpendAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ["user", "month", "total_usd", "entries", "updated_at"]
+    list_filter = ["month"]
+    search_fields = ["user__username"]
+    list_select_related = ["user"]
 
 
 @admin.register(IdentityMemory)

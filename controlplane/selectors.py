@@ -1,15 +1,18 @@
 """Reads for the API, always scoped through controlplane.access."""
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
 
 from controlplane.access import projects_visible_to, tasks_visible_to
 from controlplane.models import (
+    USAGE_TOKEN_FIELDS,
     IdentityMemory,
     Membership,
     MemoryScope,
     Project,
     Task,
     TaskFollowup,
+    UsageKind,
+    UsageRecord,
 )
 
 
@@ -43,6 +46,28 @@ def task_list(*, user, project: Project, status: str | None = None) -> QuerySet[
 
 def followup_list(*, task: Task) -> QuerySet[TaskFollowup]:
     return TaskFollowup.objects.filter(task=task).select_related("created_by").order_by("id")
+
+
+def usage_record_list_for_task(*, task: Task) -> QuerySet[UsageRecord]:
+    """A task's runs in the usage ledger, oldest first (the caller has checked access)."""
+    return UsageRecord.objects.filter(task=task).order_by("id")
+
+
+def thread_usage_get(*, task_id: int, thread_id: str) -> dict[str, int] | None:
+    """The summed token counts of the task's recorded runs on agent thread `thread_id`.
+
+    None when no run of that thread is recorded (or there is no thread yet): the thread's
+    earlier usage is unknown, not zero. Rows carried over from before the ledger have no
+    thread id, so they never pass for a thread's known usage.
+    """
+    if not thread_id:
+        return None
+    totals = UsageRecord.objects.filter(
+        task_id=task_id, thread_id=thread_id, kind=UsageKind.TASK_RUN
+    ).aggregate(runs=Count("id"), **{name: Sum(name) for name in USAGE_TOKEN_FIELDS})
+    if not totals.pop("runs"):
+        return None
+    return {name: int(value or 0) for name, value in totals.items()}
 
 
 def _memory_filter(

@@ -140,6 +140,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TaskStatusEnum": "controlplane.models.TaskStatus",
         "MemoryStatusEnum": "controlplane.models.MemoryStatus",
+        "TaskKindEnum": "controlplane.models.TaskKind",
+        "UsageKindEnum": "controlplane.models.UsageKind",
     },
 }
 

@@ -23,9 +23,11 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from automemory.services import extractor, injector
+from controlplane import selectors
 from controlplane.models import Task
 from worker import services
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
+from worker.executors.base import TokenUsage
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +242,13 @@ class Worker:
             logger.exception("end-of-round memory sweep failed")
 
     def prepare(self, task: Task) -> ExecutionRequest:
-        """The in-memory request for this turn, with memories injected by the injector."""
+        """The in-memory request for this turn, with memories injected by the injector.
+
+        `thread_usage` is what the ledger recorded for earlier runs of the task's agent thread
+        (None when nothing is), so an executor whose agent reports thread-cumulative usage
+        can bill this turn its own part only.
+        """
+        thread_usage = selectors.thread_usage_get(task_id=task.pk, thread_id=task.thread_id)
         request = ExecutionRequest(
             task_id=task.pk,
             project_id=task.project_id,
@@ -253,6 +261,7 @@ class Worker:
             parent_task_id=task.parent_task_id,
             thread_id=task.thread_id,
             continuation_prompt=task.continuation_prompt,
+            thread_usage=TokenUsage(**thread_usage) if thread_usage is not None else None,
         )
         try:
             injected = injector.inject_memories(

@@ -11,16 +11,18 @@ import logging
 import os
 import socket
 import uuid
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.models import Task, TaskEvent, TaskStatus
+from controlplane.models import Task, TaskEvent, TaskStatus, UsageKind
 from controlplane.services.audit import audit_record
 from controlplane.services.quota import quota_status_get
+from controlplane.services.usage import usage_record
 from worker.executors.base import ExecutionResult
 from worker.models import RunOutcome, TaskRun, WorkerProcess
 
@@ -178,8 +180,10 @@ def task_finish(
 ) -> bool:
     """Record the turn's result if `worker_id` still holds the task; False (nothing written) if not.
 
-    Completed or failed, `result_text` and `failure_reason` replaced, the cost added to the
-    task's cost, `finished_at` set, the thread id kept, the executor's events stored.
+    Completed or failed, `result_text` and `failure_reason` replaced, `finished_at` set, the
+    thread id kept, the executor's events stored, and the run written to the usage ledger
+    (its usage, cost, model, executor, thread and turn), which adds its cost to the task's
+    cost and the user's monthly spend: all in one transaction.
     """
     now = now or timezone.now()
     status = TaskStatus.COMPLETED if result.status == "completed" else TaskStatus.FAILED
@@ -187,7 +191,6 @@ def task_finish(
         "status": status,
         "result_text": result.result_text,
         "failure_reason": "" if status == TaskStatus.COMPLETED else result.failure_reason,
-        "cost_usd": F("cost_usd") + Decimal(result.cost_usd or 0),
         "finished_at": now,
         "heartbeat_at": None,
         "is_resume": False,
@@ -200,8 +203,23 @@ def task_finish(
             task_id=task_id, worker_id=worker_id, changes=changes, outcome=status, now=now
         ):
             return False
+        user_id, project_id, turn, executor, thread_id = Task.objects.filter(
+            pk=task_id
+        ).values_list("user_id", "project_id", "turn", "executor", "thread_id")[0]
+        usage_record(
+            user_id=user_id,
+            task_id=task_id,
+            project_id=project_id,
+            kind=UsageKind.TASK_RUN,
+            turn=turn,
+            thread_id=thread_id,
+            executor=executor,
+            model=result.model,
+            cost_usd=Decimal(result.cost_usd or 0),
+            finished_at=now,
+            **asdict(result.usage),
+        )
         if result.events:
-            turn = Task.objects.filter(pk=task_id).values_list("turn", flat=True)[0]
             TaskEvent.objects.bulk_create(
                 [
                     TaskEvent(task_id=task_id, turn=turn, kind=event.kind, data=event.data)
@@ -212,16 +230,18 @@ def task_finish(
 
 
 def task_quota_refusal(*, task: Task) -> str | None:
-    """Why the task's user may not run it now (their monthly quota is used up), else None."""
-    quota = quota_status_get(user_id=task.user_id)
+    """Why the task's user may not run it now (their monthly quota is used up), else None.
+
+    An unlimited (or zero) limit decides alone, without reading the user's spend.
+    """
+    quota = quota_status_get(user_id=task.user_id, always_read_spend=False)
     if not quota.exhausted:
         return None
     remaining = quota.remaining_percent.normalize()
     limit = quota.monthly_limit_usd or Decimal("0")
-    return (
-        f"monthly quota exhausted: {remaining:f}% of ${limit:.2f} left "
-        f"(spent ${quota.spent_usd:.2f} this month)"
-    )
+    spent = quota.spent_usd
+    spent_text = f" (spent ${spent:.2f} this month)" if spent is not None else ""
+    return f"monthly quota exhausted: {remaining:f}% of ${limit:.2f} left{spent_text}"
 
 
 def task_refuse(*, task_id: int, worker_id: str, reason: str, now: datetime | None = None) -> bool:

@@ -10,10 +10,13 @@ from rest_framework import serializers
 from automemory.models import (
     MAX_DURATION_SECONDS,
     MAX_IDLE_SECONDS,
+    MAX_INTERNAL_MCP_SERVERS,
     MAX_RESULT_CHARS,
+    MCP_SERVER_NAME_MAX_CHARS,
     AutoMemoryLog,
     Outcome,
     Reason,
+    mcp_server_names_problems,
 )
 from controlplane.limits import text_problem
 
@@ -56,6 +59,25 @@ class ModelNameField(serializers.CharField):
         return value or None
 
 
+class ServerNamesField(serializers.ListField):
+    """A JSON list of distinct MCP server names; each problem is reported with its item."""
+
+    def __init__(self, **kwargs):
+        super().__init__(
+            child=serializers.CharField(max_length=MCP_SERVER_NAME_MAX_CHARS),
+            max_length=MAX_INTERNAL_MCP_SERVERS,
+            required=False,
+            **kwargs,
+        )
+
+    def to_internal_value(self, data):
+        # The model's own validator, so the API and the admin accept the same lists.
+        problems = mcp_server_names_problems(data)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return list(data)
+
+
 class RejectUnknownFieldsMixin:
     """Refuse body keys the serializer does not know (read-only ones are tolerated)."""
 
@@ -83,6 +105,11 @@ class AutoMemorySettingsSerializer(RejectUnknownFieldsMixin, serializers.Seriali
     min_result_chars = StrictIntegerField(required=False, min_value=0, max_value=MAX_RESULT_CHARS)
     extract_model = ModelNameField()
     consolidation_model = ModelNameField()
+    internal_mcp_servers = ServerNamesField(
+        help_text="MCP servers whose tool calls count as internal, not external context "
+        f"(names as the agent reports them; at most {MAX_INTERNAL_MCP_SERVERS}, each at most "
+        f"{MCP_SERVER_NAME_MAX_CHARS} characters)."
+    )
     updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
 
@@ -127,6 +154,10 @@ class RunSummarySerializer(serializers.Serializer):
     scanned = serializers.IntegerField()
     extracted = serializers.IntegerField()
     superseded = serializers.IntegerField()
+    retracted = serializers.IntegerField(
+        help_text="Memories withdrawn because their task saw external context after they "
+        "were written."
+    )
     skipped = SkipCountsSerializer()
     errors = serializers.IntegerField()
     forced = serializers.BooleanField()

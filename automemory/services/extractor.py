@@ -5,27 +5,46 @@
 one user. Each candidate goes through the gates in order (generate switch, idle, duration and
 length, external context, quota); a task that fails one is logged as skipped with the reason
 and tried again later. A task that passes becomes one project memory; when another memory of
-the same project has the same goal, the one whose task finished later stays active.
+the same project has the same goal, the one whose task finished later stays active. A memory
+whose task shows external context when it is completed again (a later turn's MCP call or web
+search) is retracted.
 
-Cost: the global sweep reads only what may have a new answer (tasks completed or updated
-since a cursor, and the retry set: transient skips and errors whose `retry_after` has come,
-and skips marked for a recheck after a settings or flags change), so it grows with pending
-work, not with history. Lookups are batched: the
-read side runs a fixed number of queries whatever the number of candidates.
+Cost: both sweeps read only what may have a new answer (tasks completed or updated since a
+cursor, and the retry set: transient skips and errors whose `retry_after` has come, and skips
+marked for a recheck after a settings or flags change; the per-user sweep takes its user's
+retry set whatever the `retry_after`, and when forced its user's skips), so they grow with
+pending work, not with history. Lookups are batched: the read side runs a fixed number of
+queries whatever the number of candidates.
 """
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    DateTimeField,
+    Exists,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from automemory import conf
 from automemory.models import (
     MAX_ERROR_ATTEMPTS,
+    RETRY_CONDITION,
     STABLE_REASONS,
     TRANSIENT_REASONS,
     AutoMemoryLog,
@@ -44,10 +63,12 @@ from controlplane.models import (
     MemorySource,
     MemoryStatus,
     Task,
+    TaskEvent,
     TaskFollowup,
     TaskStatus,
 )
 from controlplane.services import quota as quota_service
+from controlplane.services.audit import audit_record
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +77,10 @@ GLOBAL_SWEEP = "global"
 # the cursor never advances past `now - this`, so such tasks are still seen next round.
 CURSOR_SAFETY_MARGIN = timedelta(seconds=30)
 ERROR_BACKOFF_BASE = timedelta(minutes=1)
+# Executor events that bring in context from outside the task (`TaskEvent.kind`).
+EXTERNAL_EVENT_KINDS = ("mcp_tool_call", "web_search")
+# How much of a search query or a server/tool name a log detail quotes.
+DETAIL_QUOTE_CHARS = 60
 # Every gate's reason code, reported with a count (0 included) in each summary.
 SKIP_REASONS = (
     Reason.GENERATE_DISABLED,
@@ -71,11 +96,12 @@ SKIP_REASONS = (
 
 @dataclass
 class SweepSummary:
-    """What one sweep did: tasks examined, memories written and superseded, skips by reason."""
+    """What one sweep did: tasks examined, memories written, superseded and retracted, skips."""
 
     scanned: int = 0
     extracted: int = 0
     superseded: int = 0
+    retracted: int = 0
     skipped: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys((reason.value for reason in SKIP_REASONS), 0)
     )
@@ -87,6 +113,7 @@ class SweepSummary:
             "scanned": self.scanned,
             "extracted": self.extracted,
             "superseded": self.superseded,
+            "retracted": self.retracted,
             "skipped": dict(self.skipped),
             "errors": self.errors,
             "forced": self.forced,
@@ -116,18 +143,19 @@ def process_auto_memories(
     if user is None:
         tasks, advance_cursor = _global_candidates(now=now, force=force, limit=batch_size)
     else:
-        tasks, advance_cursor = _user_candidates(user=user, force=force), None
+        tasks, advance_cursor = _user_candidates(user=user, force=force, limit=batch_size * 2)
     if tasks:
         _process_batch(tasks, now=now, force=force, summary=summary)
-    if advance_cursor is not None:
-        advance_cursor()
+    advance_cursor()
     if summary.scanned:
         logger.info(
-            "auto memory sweep%s: scanned %d, extracted %d, superseded %d, skipped %s, errors %d",
+            "auto memory sweep%s: scanned %d, extracted %d, superseded %d, retracted %d, "
+            "skipped %s, errors %d",
             f" for user {user.pk}" if user is not None else "",
             summary.scanned,
             summary.extracted,
             summary.superseded,
+            summary.retracted,
             {k: v for k, v in summary.skipped.items() if v},
             summary.errors,
         )
@@ -138,11 +166,25 @@ def process_auto_memories(
 
 
 def _not_extracted() -> Q:
-    extracted_log = AutoMemoryLog.objects.filter(task=OuterRef("pk"), outcome=Outcome.EXTRACTED)
+    """Never extracted (even if its memory was deleted since) and never retracted."""
+    settled_log = AutoMemoryLog.objects.filter(task=OuterRef("pk")).filter(
+        Q(outcome=Outcome.EXTRACTED) | Q(retracted_at__isnull=False)
+    )
     auto_memory = IdentityMemory.objects.filter(
         source=MemorySource.AUTO, source_task=OuterRef("pk")
     )
-    return ~Q(Exists(extracted_log)) & ~Q(Exists(auto_memory))
+    return ~Q(Exists(settled_log)) & ~Q(Exists(auto_memory))
+
+
+def _changed_since_extraction() -> Q:
+    """Extracted, then completed again (a later turn): looked at once more for a retraction."""
+    log = "auto_memory_log"
+    return Q(
+        **{
+            f"{log}__outcome": Outcome.EXTRACTED,
+            f"{log}__last_attempt_at__lt": F("updated_at"),
+        }
+    )
 
 
 def _unchanged_stable_skip() -> Q:
@@ -158,20 +200,123 @@ def _unchanged_stable_skip() -> Q:
     )
 
 
-def _candidate_order(queryset: QuerySet[Task]) -> QuerySet[Task]:
-    # Never-tried tasks first, then the longest-waiting, so a bounded batch is fair.
-    return queryset.order_by(
-        F("auto_memory_log__last_attempt_at").asc(nulls_first=True), "finished_at", "id"
+def _fresh(completed: QuerySet[Task], *, after: tuple[datetime, int] | None) -> QuerySet[Task]:
+    """Completed tasks changed since `after` that may have a new answer, in (updated_at, id) order.
+
+    Transient skips and errors already tried are the retry set's, with their back-off. Each
+    task carries `log_outcome`: `extracted` marks one that is only checked for a retraction.
+    """
+    fresh = completed.filter(_not_extracted() | _changed_since_extraction())
+    if after is not None:
+        updated_at, task_id = after
+        # The first term lets the (.., updated_at, id) index bound the scan on every database.
+        fresh = fresh.filter(
+            Q(updated_at__gte=updated_at)
+            & (Q(updated_at__gt=updated_at) | Q(updated_at=updated_at, id__gt=task_id))
+        )
+    return (
+        fresh.exclude(_unchanged_stable_skip())
+        .exclude(
+            auto_memory_log__outcome=Outcome.SKIPPED,
+            auto_memory_log__reason__in=TRANSIENT_REASONS,
+        )
+        .exclude(auto_memory_log__outcome=Outcome.ERROR)
+        .annotate(log_outcome=F("auto_memory_log__outcome"))
+        .order_by("updated_at", "id")
     )
 
 
-def _user_candidates(*, user, force: bool) -> list[Task]:
-    """One user's completed, not yet extracted tasks that may have a new answer."""
-    queryset = Task.objects.filter(Q(user=user, status=TaskStatus.COMPLETED) & _not_extracted())
-    if not force:
-        queryset = queryset.exclude(_unchanged_stable_skip())
-    limit = conf.get("SWEEP_BATCH_SIZE") * 4
-    return list(_candidate_order(queryset)[:limit])
+def _cursor(state: SweepState | None) -> tuple[datetime, int] | None:
+    if state is None or state.cursor_updated_at is None:
+        return None
+    return state.cursor_updated_at, state.cursor_task_id
+
+
+def _user_sweep_name(user_id: int) -> str:
+    return f"user:{user_id}"
+
+
+def _cursor_advancer(name: str, fresh_tasks: list[Task], *, read_at: datetime, limit: int):
+    """Move the sweep state `name` past what the fresh read covered; stamp `last_sweep_at`.
+
+    The read covered every task up to `read_at - margin` (those it did not return were
+    extracted, unchanged stable skips or the retry set's: a change bumps them past the
+    cursor), or, when it stopped at `limit`, up to its last task. The cursor moves over both
+    kinds, so it keeps up with the clock even when nothing is returned, and the next read
+    starts where work may be. It never passes `read_at - margin`: a transaction that commits
+    late with an older `updated_at` is still read next round.
+    """
+
+    def advance_cursor() -> None:
+        wall = timezone.now()
+        point = (read_at - CURSOR_SAFETY_MARGIN, 0)
+        if len(fresh_tasks) >= limit:
+            last = fresh_tasks[-1]
+            point = min(point, (last.updated_at, last.pk))
+        updated_at, task_id = point
+        if name != GLOBAL_SWEEP:
+            # One statement whether the user's row exists or not. Two sweeps of one user at
+            # once may move it back a little, which only means reading a little more.
+            state = SweepState(
+                name=name, cursor_updated_at=updated_at, cursor_task_id=task_id, last_sweep_at=wall
+            )
+            SweepState.objects.bulk_create(
+                [state],
+                update_conflicts=True,
+                unique_fields=["name"],
+                update_fields=["cursor_updated_at", "cursor_task_id", "last_sweep_at"],
+            )
+            return
+        behind = (
+            Q(cursor_updated_at__isnull=True)
+            | Q(cursor_updated_at__lt=updated_at)
+            | Q(cursor_updated_at=updated_at, cursor_task_id__lt=task_id)
+        )
+        # Another worker's sweep may be further already: never move the cursor back.
+        SweepState.objects.filter(name=name).update(
+            cursor_updated_at=Case(
+                When(behind, then=Value(updated_at, output_field=DateTimeField())),
+                default=F("cursor_updated_at"),
+            ),
+            cursor_task_id=Case(
+                When(behind, then=Value(task_id, output_field=BigIntegerField())),
+                default=F("cursor_task_id"),
+            ),
+            last_sweep_at=wall,
+        )
+
+    return advance_cursor
+
+
+def _user_candidates(*, user, force: bool, limit: int):
+    """One user's tasks that may have a new answer, and a cursor-advancer.
+
+    Like the global sweep, bounded sources rather than the user's whole history: the user's
+    completed tasks changed since a point (the later of the global cursor and the user's own:
+    both sweeps have seen everything before it), the user's retry set whatever its
+    `retry_after` (so the caller hears `not_idle` now), and when forced the user's skips.
+    """
+    name = _user_sweep_name(user.pk)
+    states = {row.name: row for row in SweepState.objects.filter(name__in=[GLOBAL_SWEEP, name])}
+    points = [_cursor(states.get(GLOBAL_SWEEP)), _cursor(states.get(name))]
+    after = max((point for point in points if point is not None), default=None)
+    completed = Task.objects.filter(user=user, status=TaskStatus.COMPLETED)
+    read_at = timezone.now()
+    fresh_tasks = list(_fresh(completed, after=after)[:limit])
+
+    logs = AutoMemoryLog.objects.filter(user=user, retracted_at__isnull=True)
+    # The retry set's partial index predicate, spelled as in the index so it is used.
+    sources = [logs.filter(RETRY_CONDITION)]
+    if force:
+        sources.append(logs.filter(outcome=Outcome.SKIPPED))
+    again_ids: set[int] = set()
+    for source in sources:
+        again_ids |= set(
+            source.order_by("last_attempt_at").values_list("task_id", flat=True)[:limit]
+        )
+    again_ids -= {task.pk for task in fresh_tasks}
+    again = list(completed.filter(_not_extracted(), pk__in=again_ids)) if again_ids else []
+    return fresh_tasks + again, _cursor_advancer(name, fresh_tasks, read_at=read_at, limit=limit)
 
 
 def _global_candidates(*, now: datetime, force: bool, limit: int):
@@ -183,33 +328,17 @@ def _global_candidates(*, now: datetime, force: bool, limit: int):
     """
     state, _ = SweepState.objects.get_or_create(name=GLOBAL_SWEEP)
     completed = Task.objects.filter(status=TaskStatus.COMPLETED)
+    read_at = timezone.now()
+    fresh_tasks = list(_fresh(completed, after=_cursor(state))[:limit])
 
-    fresh = completed.filter(_not_extracted())
-    if state.cursor_updated_at is not None:
-        fresh = fresh.filter(
-            Q(updated_at__gt=state.cursor_updated_at)
-            | Q(updated_at=state.cursor_updated_at, id__gt=state.cursor_task_id)
-        )
-    # Transient skips and errors already tried are the retry set's, with their back-off.
-    fresh = (
-        fresh.exclude(_unchanged_stable_skip())
-        .exclude(
-            auto_memory_log__outcome=Outcome.SKIPPED,
-            auto_memory_log__reason__in=TRANSIENT_REASONS,
-        )
-        .exclude(auto_memory_log__outcome=Outcome.ERROR)
-    )
-    fresh_tasks = list(fresh.order_by("updated_at", "id")[:limit])
-
+    logs = AutoMemoryLog.objects.filter(retracted_at__isnull=True)
     if force:
-        retry = AutoMemoryLog.objects.exclude(outcome=Outcome.EXTRACTED)
+        retry = logs.exclude(outcome=Outcome.EXTRACTED)
     else:
         # The retry set's partial index predicate, spelled as in the index so it is used.
-        retry = AutoMemoryLog.objects.filter(
-            Q(outcome=Outcome.ERROR)
-            | Q(outcome=Outcome.SKIPPED, reason__in=TRANSIENT_REASONS)
-            | Q(recheck=True)
-        ).exclude(outcome=Outcome.ERROR, attempts__gte=MAX_ERROR_ATTEMPTS)
+        retry = logs.filter(RETRY_CONDITION).exclude(
+            outcome=Outcome.ERROR, attempts__gte=MAX_ERROR_ATTEMPTS
+        )
         retry = retry.filter(
             Q(recheck=True) | Q(retry_after__isnull=True) | Q(retry_after__lte=now)
         )
@@ -217,35 +346,16 @@ def _global_candidates(*, now: datetime, force: bool, limit: int):
         task.pk for task in fresh_tasks
     }
     retry_tasks = list(completed.filter(_not_extracted(), pk__in=retry_ids)) if retry_ids else []
-
-    def advance_cursor() -> None:
-        # Only to a task actually seen, and never past `wall clock - margin`: a transaction
-        # that commits late with an older `updated_at` is still read next round.
-        wall = timezone.now()
-        SweepState.objects.filter(name=GLOBAL_SWEEP).update(last_sweep_at=wall)
-        seen = [task for task in fresh_tasks if task.updated_at <= wall - CURSOR_SAFETY_MARGIN]
-        if not seen:
-            return
-        last = seen[-1]
-        behind = (
-            Q(cursor_updated_at__isnull=True)
-            | Q(cursor_updated_at__lt=last.updated_at)
-            | Q(cursor_updated_at=last.updated_at, cursor_task_id__lt=last.pk)
-        )
-        # Another worker's sweep may be further already: never move the cursor back.
-        SweepState.objects.filter(behind, name=GLOBAL_SWEEP).update(
-            cursor_updated_at=last.updated_at, cursor_task_id=last.pk
-        )
-
+    advance_cursor = _cursor_advancer(GLOBAL_SWEEP, fresh_tasks, read_at=read_at, limit=limit)
     return fresh_tasks + retry_tasks, advance_cursor
 
 
 # --- Gates -----------------------------------------------------------------------------------
 
 
-def _process_batch(tasks: list[Task], *, now: datetime, force: bool, summary: SweepSummary):
-    task_ids = [task.pk for task in tasks]
-    user_ids = {task.user_id for task in tasks}
+def _process_batch(batch: list[Task], *, now: datetime, force: bool, summary: SweepSummary):
+    task_ids = [task.pk for task in batch]
+    user_ids = {task.user_id for task in batch}
     settings_by_user = {
         row.user_id: row for row in AutoMemorySettings.objects.filter(user_id__in=user_ids)
     }
@@ -259,6 +369,24 @@ def _process_batch(tasks: list[Task], *, now: datetime, force: bool, summary: Sw
         .values_list("task_id", flat=True)
         .distinct()
     )
+    events_by_task = _external_events(task_ids)
+
+    # Tasks extracted earlier and completed again are only checked for external context.
+    rechecked = [task for task in batch if getattr(task, "log_outcome", None) == "extracted"]
+    tasks = [task for task in batch if getattr(task, "log_outcome", None) != "extracted"]
+    for task in rechecked:
+        prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(user_id=task.user_id)
+        if not prefs.disable_on_external_context:
+            continue
+        seen = _external_context_seen(
+            task,
+            prefs=prefs,
+            received_message=task.pk in messaged,
+            events=events_by_task.get(task.pk, ()),
+        )
+        if seen is not None and _retract(task, seen=seen, now=now, force=force):
+            summary.retracted += 1
+            summary.scanned += 1
 
     verdicts: dict[int, _Verdict] = {}
     awaiting_quota: list[Task] = []
@@ -269,6 +397,7 @@ def _process_batch(tasks: list[Task], *, now: datetime, force: bool, summary: Sw
             prefs=prefs,
             flags=flags_by_task.get(task.pk),
             received_message=task.pk in messaged,
+            events=events_by_task.get(task.pk, ()),
             now=now,
             force=force,
         )
@@ -318,6 +447,7 @@ def _early_gates(
     prefs: AutoMemorySettings,
     flags: TaskAutoMemoryFlags | None,
     received_message: bool,
+    events: Iterable["_ExternalEvent"],
     now: datetime,
     force: bool,
 ) -> _Verdict | None:
@@ -355,11 +485,82 @@ def _early_gates(
                 f"result has {length} characters, under {prefs.min_result_chars}",
             )
     if prefs.disable_on_external_context:
-        if received_message:
-            return _Verdict(skip, Reason.EXTERNAL_CONTEXT, "received an inter-task message")
-        if task.parent_task_id is not None:
-            return _Verdict(skip, Reason.EXTERNAL_CONTEXT, "subtask of a coordinator task")
+        seen = _external_context_seen(
+            task, prefs=prefs, received_message=received_message, events=events
+        )
+        if seen is not None:
+            return _Verdict(skip, Reason.EXTERNAL_CONTEXT, seen)
     return None
+
+
+@dataclass(frozen=True)
+class _ExternalEvent:
+    kind: str
+    server: str | None
+    tool: str | None
+    search_query: str | None
+
+
+def _external_events(task_ids: list[int]) -> dict[int, list[_ExternalEvent]]:
+    """The MCP tool calls and web searches recorded in the tasks' runs, first seen first.
+
+    One query for the batch (the `(task, kind)` index on events), reading only the names
+    and queries out of each event's data, one row per distinct call.
+    """
+    rows = (
+        TaskEvent.objects.filter(task_id__in=task_ids, kind__in=EXTERNAL_EVENT_KINDS)
+        .annotate(
+            server=KT("data__server"),
+            tool=KT("data__tool"),
+            search_query=Coalesce(KT("data__query"), KT("data__action__query")),
+        )
+        .values("task_id", "kind", "server", "tool", "search_query")
+        .annotate(first_id=Min("id"))
+        .order_by("first_id")
+    )
+    events: dict[int, list[_ExternalEvent]] = {}
+    for row in rows:
+        events.setdefault(row["task_id"], []).append(
+            _ExternalEvent(row["kind"], row["server"], row["tool"], row["search_query"])
+        )
+    return events
+
+
+def _external_context_seen(
+    task: Task,
+    *,
+    prefs: AutoMemorySettings,
+    received_message: bool,
+    events: Iterable["_ExternalEvent"],
+) -> str | None:
+    """What external context the task saw, as a short redacted phrase; None when none."""
+    if received_message:
+        return "received an inter-task message"
+    if task.parent_task_id is not None:
+        return "subtask of a coordinator task"
+    listed = prefs.internal_mcp_servers if isinstance(prefs.internal_mcp_servers, list) else []
+    internal = {name for name in listed if isinstance(name, str)}
+    external = [
+        event for event in events if event.kind != "mcp_tool_call" or event.server not in internal
+    ]
+    if not external:
+        return None
+    first = external[0]
+    if first.kind == "mcp_tool_call":
+        seen = f"MCP call {_quoted(first.server)}/{_quoted(first.tool)}"
+    else:
+        seen = f"web search '{_quoted(first.search_query)}'"
+    if len(external) > 1:
+        seen += f" (and {len(external) - 1} more external call{'s' if len(external) > 2 else ''})"
+    return seen
+
+
+def _quoted(text: str | None) -> str:
+    """A redacted, single-line, short excerpt of event text for a log detail."""
+    if not text:
+        return "?"
+    text = " ".join(redact(text[: DETAIL_QUOTE_CHARS * 20]).split())
+    return text if len(text) <= DETAIL_QUOTE_CHARS else text[: DETAIL_QUOTE_CHARS - 3] + "..."
 
 
 def _quota_statuses(user_ids: set[int], *, now: datetime) -> dict[int, Any]:
@@ -478,6 +679,92 @@ def _finished_later(memory: IdentityMemory, task: Task) -> bool:
     if theirs != mine:
         return theirs > mine
     return (memory.source_task_id or 0) > task.pk
+
+
+# --- Retraction --------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def _retract(task: Task, *, seen: str, now: datetime, force: bool) -> bool:
+    """Withdraw the memory of an extracted task that saw external context since.
+
+    The memory becomes `superseded` with no successor; if it was the goal's active memory,
+    the memory it displaced (the latest-finished one pointing to it) is active again, as if
+    the retracted task had been skipped from the start. The log row turns into a stable
+    `external_context` skip marked `retracted_at`, so the task is never extracted again.
+    Returns False when another sweep retracted it first.
+    """
+    log = (
+        AutoMemoryLog.objects.select_for_update()
+        .filter(task_id=task.pk, outcome=Outcome.EXTRACTED)
+        .first()
+    )
+    if log is None:
+        return False
+    memory = (
+        IdentityMemory.objects.select_for_update()
+        .filter(source=MemorySource.AUTO, source_task_id=task.pk)
+        .first()
+    )
+    restored_id = None
+    if memory is not None:
+        IdentityMemory.objects.filter(pk=memory.pk).update(
+            status=MemoryStatus.SUPERSEDED, superseded_by=None, updated_at=timezone.now()
+        )
+        if memory.status == MemoryStatus.ACTIVE:
+            restored_id = _restore_displaced(memory)
+    detail = f"{seen}; retracted memory {memory.pk}" if memory else f"{seen}; memory was deleted"
+    AutoMemoryLog.objects.filter(pk=log.pk).update(
+        outcome=Outcome.SKIPPED,
+        reason=Reason.EXTERNAL_CONTEXT,
+        memory=memory,
+        forced=force,
+        recheck=False,
+        attempts=F("attempts") + 1,
+        retry_after=None,
+        detail=detail,
+        last_attempt_at=now,
+        retracted_at=now,
+    )
+    audit_record(
+        action="auto_memory_retracted",
+        actor_label="auto memory sweep",
+        target_type="memory",
+        target_id=memory.pk if memory else "",
+        data={
+            "task_id": task.pk,
+            "memory_id": memory.pk if memory else None,
+            "restored_memory_id": restored_id,
+        },
+    )
+    return True
+
+
+def _restore_displaced(retracted: IdentityMemory) -> int | None:
+    """Make active again the auto memory the retracted one displaced, if there is one."""
+    displaced = (
+        IdentityMemory.objects.select_for_update()
+        .filter(
+            superseded_by=retracted,
+            source=MemorySource.AUTO,
+            status=MemoryStatus.SUPERSEDED,
+            project_id=retracted.project_id,
+            goal_key=retracted.goal_key,
+        )
+        .order_by(F("source_finished_at").desc(nulls_last=True), "-source_task_id")
+        .first()
+    )
+    if displaced is None:
+        return None
+    try:
+        with transaction.atomic():
+            IdentityMemory.objects.filter(pk=displaced.pk).update(
+                status=MemoryStatus.ACTIVE, superseded_by=None, updated_at=timezone.now()
+            )
+    except IntegrityError:
+        # A sweep wrote a newer active memory of the goal meanwhile: that one stays.
+        return None
+    return displaced.pk
 
 
 # --- The log -----------------------------------------------------------------------------------

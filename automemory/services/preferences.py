@@ -23,6 +23,7 @@ SETTINGS_FIELDS = (
     "min_result_chars",
     "extract_model",
     "consolidation_model",
+    "internal_mcp_servers",
 )
 
 
@@ -43,10 +44,11 @@ def settings_update(*, user, changes: dict[str, Any]) -> AutoMemorySettings:
         setattr(current, name, value)
     current.full_clean()
     current.save()
-    # Tasks skipped under the old settings get a fresh look at the next sweep.
-    AutoMemoryLog.objects.filter(user=user, outcome=Outcome.SKIPPED, recheck=False).update(
-        recheck=True
-    )
+    # Tasks skipped under the old settings get a fresh look at the next sweep (a retracted
+    # task never does: it is never extracted again).
+    AutoMemoryLog.objects.filter(
+        user=user, outcome=Outcome.SKIPPED, recheck=False, retracted_at__isnull=True
+    ).update(recheck=True)
     audit_record(
         action="auto_memory_settings_updated",
         actor=user,
@@ -72,7 +74,9 @@ def flags_set(*, task: Task, actor, changes: dict[str, bool | None]) -> TaskAuto
             setattr(flags, name, changes[name])
     flags.updated_by = actor
     flags.save()
-    AutoMemoryLog.objects.filter(task=task, outcome=Outcome.SKIPPED).update(recheck=True)
+    AutoMemoryLog.objects.filter(
+        task=task, outcome=Outcome.SKIPPED, retracted_at__isnull=True
+    ).update(recheck=True)
     audit_record(
         action="auto_memory_flags_set",
         actor=actor,

@@ -1,5 +1,7 @@
 """Input and output shapes of the host API. No logic: services decide, serializers validate."""
 
+from decimal import ROUND_DOWN
+
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
@@ -21,6 +23,7 @@ from controlplane.models import (
     TaskFollowup,
     TaskKind,
     TaskStatus,
+    UsageRecord,
 )
 
 MAX_ID = 2**63 - 1
@@ -180,6 +183,34 @@ class FollowupOutput(serializers.ModelSerializer):
         fields = ["id", "task_id", "from_task_id", "message", "created_by", "created_at"]
 
 
+class TaskRunOutput(serializers.ModelSerializer):
+    """One run of a task in the usage ledger: its own tokens and cost (not the thread's)."""
+
+    task_id = serializers.IntegerField(read_only=True, allow_null=True)
+    cost_usd = serializers.DecimalField(
+        max_digits=14, decimal_places=6, coerce_to_string=False, read_only=True
+    )
+
+    class Meta:
+        model = UsageRecord
+        fields = [
+            "id",
+            "task_id",
+            "kind",
+            "turn",
+            "finished_at",
+            "executor",
+            "model",
+            "thread_id",
+            "input_tokens",
+            "cached_input_tokens",
+            "cache_write_input_tokens",
+            "output_tokens",
+            "reasoning_output_tokens",
+            "cost_usd",
+        ]
+
+
 # --- Memories -------------------------------------------------------------------------------
 
 
@@ -229,9 +260,18 @@ class QuotaOutput(serializers.Serializer):
         allow_null=True,
         help_text="null means unlimited.",
     )
-    spent_usd = serializers.DecimalField(max_digits=20, decimal_places=6, coerce_to_string=False)
+    spent_usd = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=6,
+        coerce_to_string=False,
+        help_text="What runs finished this UTC month cost (whenever their task was created).",
+    )
     remaining_percent = serializers.DecimalField(
-        max_digits=5, decimal_places=2, coerce_to_string=False
+        max_digits=5,
+        decimal_places=2,
+        coerce_to_string=False,
+        rounding=ROUND_DOWN,
+        help_text="Rounded down to 2 decimals for display; gates compare the exact value.",
     )
 
 

@@ -22,6 +22,7 @@ urlpatterns = [
     path("tasks/<str:task_id>", views.TaskDetailView.as_view(), name="task"),
     path("tasks/<str:task_id>/continue", views.TaskContinueView.as_view(), name="task-continue"),
     path("tasks/<str:task_id>/followups", views.TaskFollowupsView.as_view(), name="task-followups"),
+    path("tasks/<str:task_id>/runs", views.TaskRunsView.as_view(), name="task-runs"),
     path("users/me/memories", views.MyMemoriesView.as_view(), name="my-memories"),
     path("users/me/quota", views.MyQuotaView.as_view(), name="my-quota"),
     path("users/<str:username>/quota", views.UserQuotaView.as_view(), name="user-quota"),

@@ -206,6 +206,23 @@ class TaskFollowupsView(APIView):
         return Response(s.FollowupOutput(followup).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema(parameters=[TASK_ID])
+class TaskRunsView(APIView):
+    @extend_schema(
+        operation_id="tasks_runs_list",
+        summary="A task's runs in the usage ledger: turn, finish time, tokens, cost, model",
+        description="One row per finished run (turn), oldest first. Refused, re-queued and "
+        "lost runs have no usage and no row. The task's `cost_usd` is the sum of its rows.",
+        parameters=PAGING,
+        responses={200: paginated(s.TaskRunOutput), **errors(401, 404)},
+    )
+    def get(self, request: Request, task_id: str) -> Response:
+        task = task_get_for(user=request.user, task_id=task_id, action=READ)
+        return paginated_response(
+            request, self, selectors.usage_record_list_for_task(task=task), s.TaskRunOutput
+        )
+
+
 # --- Memories -------------------------------------------------------------------------------
 
 

@@ -1,25 +1,34 @@
-"""One computation of a user's monthly quota, shared by the API, the worker and auto memory."""
+"""One computation of a user's monthly quota, shared by the API, the worker and auto memory.
+
+Spend is what the usage ledger recorded as finished in the current UTC calendar month, read
+from the user's monthly total (one indexed row, whatever the history). Percentages are exact
+Decimals: nothing is rounded before a comparison; the API rounds for display only.
+"""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_FLOOR, Decimal, localcontext
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from controlplane.errors import DomainError
-from controlplane.models import Quota, Task
+from controlplane.models import Quota
 from controlplane.services.audit import audit_record
+from controlplane.services.usage import month_of, monthly_spend_get
 
 
 @dataclass(frozen=True)
 class QuotaStatus:
-    """A user's quota this month. `monthly_limit_usd` None means unlimited."""
+    """A user's quota this month. `monthly_limit_usd` None means unlimited.
+
+    `spent_usd` is None only when the limit alone decides (unlimited, or 0) and the caller
+    said it needs no spend (`always_read_spend=False`).
+    """
 
     monthly_limit_usd: Decimal | None
-    spent_usd: Decimal
+    spent_usd: Decimal | None
     remaining_percent: Decimal
 
     @property
@@ -40,50 +49,67 @@ def next_month_start(now: datetime) -> datetime:
     return start.replace(month=start.month + 1)
 
 
-def quota_status_get(*, user_id: int, now: datetime | None = None) -> QuotaStatus:
-    """Limit, spend and remaining percent (0 to 100, two decimals) of this month's quota."""
-    return quota_statuses_get(user_ids=[user_id], now=now)[user_id]
+def quota_status_get(
+    *, user_id: int, now: datetime | None = None, always_read_spend: bool = True
+) -> QuotaStatus:
+    """Limit, spend and exact remaining percent (0 to 100) of this month's quota."""
+    return quota_statuses_get(user_ids=[user_id], now=now, always_read_spend=always_read_spend)[
+        user_id
+    ]
 
 
-def quota_statuses_get(*, user_ids, now: datetime | None = None) -> dict[int, QuotaStatus]:
-    """The quota status of many users in two queries (the batched form of `quota_status_get`)."""
+def quota_statuses_get(
+    *, user_ids, now: datetime | None = None, always_read_spend: bool = True
+) -> dict[int, QuotaStatus]:
+    """The quota status of many users in two queries: the quota rows, then the users' monthly
+    totals (one indexed row each).
+
+    Runs finished in the current UTC month count, whenever their task was created. With
+    `always_read_spend=False` the spend of users whose limit alone decides (unlimited, or 0)
+    is not read: the worker's refusal needs no spend to pass an unlimited user.
+    """
     now = now or timezone.now()
     user_ids = list(dict.fromkeys(user_ids))
     limits = dict(
         Quota.objects.filter(user_id__in=user_ids).values_list("user_id", "monthly_limit_usd")
     )
-    spent_by_user = dict(
-        Task.objects.filter(
-            user_id__in=user_ids,
-            created_at__gte=month_start(now),
-            created_at__lt=next_month_start(now),
-        )
-        .order_by()
-        .values_list("user_id")
-        .annotate(total=Sum("cost_usd"))
-        .values_list("user_id", "total")
-    )
     default_limit = Decimal(settings.CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD)
+    limit_of = {user_id: limits.get(user_id, default_limit) for user_id in user_ids}
+    to_read = [
+        user_id
+        for user_id, limit in limit_of.items()
+        if always_read_spend or (limit is not None and limit > 0)
+    ]
+    spent_by_user = monthly_spend_get(user_ids=to_read, month=month_of(now))
     return {
         user_id: _status(
-            limits.get(user_id, default_limit),
-            Decimal(spent_by_user.get(user_id) or 0),
+            limit_of[user_id],
+            Decimal(spent_by_user.get(user_id) or 0) if user_id in to_read else None,
         )
         for user_id in user_ids
     }
 
 
-def _status(limit: Decimal | None, spent: Decimal) -> QuotaStatus:
+def _status(limit: Decimal | None, spent: Decimal | None) -> QuotaStatus:
     if limit is None:
         remaining = Decimal("100")
     elif limit <= 0:
         remaining = Decimal("0")
     else:
-        remaining = (Decimal(100) * (limit - spent) / limit).quantize(
-            Decimal("0.01"), rounding=ROUND_HALF_UP
-        )
-        remaining = max(Decimal("0"), min(Decimal("100"), remaining))
+        remaining = remaining_percent(limit=limit, spent=spent or Decimal("0"))
     return QuotaStatus(monthly_limit_usd=limit, spent_usd=spent, remaining_percent=remaining)
+
+
+def remaining_percent(*, limit: Decimal, spent: Decimal) -> Decimal:
+    """100 * (limit - spent) / limit, clamped to 0..100, never rounded up.
+
+    Limits have 2 decimals and spend 6, so a remaining percent that differs from a threshold
+    differs by far more than the 34 digits kept here: comparisons with it are exact. Rounding
+    towards floor means a value just under a threshold can never be carried onto it.
+    """
+    with localcontext(prec=34, rounding=ROUND_FLOOR):
+        remaining = Decimal(100) * (limit - spent) / limit
+    return max(Decimal("0"), min(Decimal("100"), remaining))
 
 
 @transaction.atomic

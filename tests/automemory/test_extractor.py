@@ -19,6 +19,7 @@ from controlplane.models import (
     TaskKind,
     TaskStatus,
 )
+from controlplane.services.usage import usage_record
 
 
 def log_of(task):
@@ -27,6 +28,13 @@ def log_of(task):
 
 def auto_memories(**filters):
     return IdentityMemory.objects.filter(source=MemorySource.AUTO, **filters)
+
+
+def spend(task, cost_usd):
+    """A run of `task` that cost `cost_usd`, finished now (recorded in the usage ledger)."""
+    usage_record(
+        user_id=task.user_id, task_id=task.pk, cost_usd=cost_usd, finished_at=timezone.now()
+    )
 
 
 @pytest.fixture
@@ -233,7 +241,7 @@ def test_external_context_is_allowed_when_the_setting_is_off(
 
 def test_it_skips_when_the_quota_is_low(task_factory, project, alice, on):
     Quota.objects.create(user=alice, monthly_limit_usd=Decimal("10"))
-    task_factory(project, alice, prompt="spend", cost_usd=Decimal("8.50"))
+    spend(task_factory(project, alice, prompt="spend"), Decimal("8.50"))
     task = task_factory(project, alice, completed=True)
     summary = process_auto_memories(user=alice)
     assert summary.skipped["quota_low"] == 1
@@ -250,7 +258,7 @@ def test_a_zero_limit_means_no_quota_left(task_factory, project, alice, on):
 
 def test_an_unlimited_quota_passes(task_factory, project, alice, on):
     Quota.objects.create(user=alice, monthly_limit_usd=None)
-    task_factory(project, alice, prompt="spend", cost_usd=Decimal("500"))
+    spend(task_factory(project, alice, prompt="spend"), Decimal("500"))
     task = task_factory(project, alice, completed=True)
     process_auto_memories(user=alice)
     assert log_of(task).outcome == "extracted"

@@ -14,6 +14,7 @@ DEFAULTS = {
     "min_result_chars": 200,
     "extract_model": None,
     "consolidation_model": None,
+    "internal_mcp_servers": [],
 }
 
 

@@ -1,13 +1,19 @@
 """The monthly quota: the computation's edge cases and the endpoints."""
 
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from freezegun import freeze_time
 
+from automemory.models import AutoMemoryLog, AutoMemorySettings
+from automemory.services.extractor import process_auto_memories
 from controlplane.models import AuditEvent, Quota, Task
-from controlplane.services.quota import quota_status_get
+from controlplane.services.quota import quota_status_get, quota_statuses_get
+from controlplane.services.usage import usage_record
 
 from .helpers import post_json
 
@@ -15,10 +21,27 @@ pytestmark = pytest.mark.django_db
 
 
 def spend(task_factory, project, user, amount: str, *, when: datetime | None = None):
-    task = task_factory(project, user, completed=True, cost_usd=Decimal(amount))
-    if when is not None:
-        Task.objects.filter(pk=task.pk).update(created_at=when)
+    """A completed task whose one run cost `amount` and finished `when` (default: now)."""
+    task = task_factory(project, user, completed=True)
+    usage_record(
+        user_id=user.pk,
+        task_id=task.pk,
+        project_id=project.pk,
+        turn=1,
+        cost_usd=Decimal(amount),
+        finished_at=when or timezone.now(),
+    )
     return task
+
+
+@pytest.fixture
+def enable_auto_memory():
+    def enable(user, **values):
+        AutoMemorySettings.objects.create(
+            user=user, generate_memories=True, use_memories=True, **values
+        )
+
+    return enable
 
 
 class TestComputation:
@@ -84,6 +107,103 @@ class TestComputation:
         assert december.spent_usd == Decimal("3")
         assert january.spent_usd == Decimal("4")
 
+    def test_a_task_created_last_month_spends_in_the_month_its_run_finished(
+        self, alice, project, task_factory
+    ):
+        with freeze_time("2026-03-20 12:00:00", tz_offset=0):
+            task = task_factory(project, alice)
+        spend_run = {"user_id": alice.pk, "task_id": task.pk}
+        usage_record(
+            **spend_run, cost_usd=Decimal("1"), finished_at=datetime(2026, 3, 20, tzinfo=UTC)
+        )
+        usage_record(
+            **spend_run, cost_usd=Decimal("9"), finished_at=datetime(2026, 4, 2, tzinfo=UTC)
+        )
+
+        april = quota_status_get(user_id=alice.pk, now=datetime(2026, 4, 30, tzinfo=UTC))
+
+        assert april.spent_usd == Decimal("9")
+        assert april.remaining_percent == Decimal("10")
+        assert Task.objects.get(pk=task.pk).cost_usd == Decimal("10")
+
+    def test_a_tasks_own_cost_field_is_not_spend(self, alice, project, task_factory):
+        task_factory(project, alice, completed=True, cost_usd=Decimal("9"))
+
+        assert quota_status_get(user_id=alice.pk).spent_usd == 0
+
+    def test_remaining_is_exact_and_never_rounded_up(self, alice, project, task_factory):
+        spend(task_factory, project, alice, "8.0005")
+
+        status = quota_status_get(user_id=alice.pk)
+
+        assert status.remaining_percent == Decimal("19.995")
+        assert status.remaining_percent < 20
+
+    def test_a_third_left_stays_below_a_third(self, alice, project, task_factory):
+        Quota.objects.create(user=alice, monthly_limit_usd=Decimal("3"))
+        spend(task_factory, project, alice, "2")
+
+        remaining = quota_status_get(user_id=alice.pk).remaining_percent
+
+        assert remaining > Decimal("33.333333")
+        with localcontext(prec=60):
+            assert remaining * 3 < 100  # floored, never rounded up to a third
+
+    def test_the_memory_gate_refuses_19_995_percent_against_20(
+        self, alice, project, task_factory, enable_auto_memory
+    ):
+        enable_auto_memory(alice, min_rate_limit_remaining_percent=20)
+        spend(task_factory, project, alice, "8.0005")
+        task = task_factory(project, alice, completed=True)
+
+        process_auto_memories(user=alice)
+
+        assert AutoMemoryLog.objects.get(task=task).reason == "quota_low"
+
+    def test_the_memory_gate_passes_exactly_20_percent(
+        self, alice, project, task_factory, enable_auto_memory
+    ):
+        enable_auto_memory(alice, min_rate_limit_remaining_percent=20)
+        spend(task_factory, project, alice, "8")
+        task = task_factory(project, alice, completed=True)
+
+        process_auto_memories(user=alice)
+
+        assert AutoMemoryLog.objects.get(task=task).outcome == "extracted"
+
+    def test_a_zero_limit_with_spend_still_reads_zero(self, alice, project, task_factory):
+        Quota.objects.create(user=alice, monthly_limit_usd=Decimal("0"))
+        spend(task_factory, project, alice, "1")
+
+        status = quota_status_get(user_id=alice.pk)
+        assert (status.remaining_percent, status.spent_usd) == (0, Decimal("1"))
+
+    def test_the_gates_need_no_spend_read_for_unlimited_users(self, alice, project, task_factory):
+        Quota.objects.create(user=alice, monthly_limit_usd=None)
+        spend(task_factory, project, alice, "5000")
+
+        with CaptureQueriesContext(connection) as queries:
+            status = quota_status_get(user_id=alice.pk, always_read_spend=False)
+
+        assert len(queries) == 1
+        assert status.spent_usd is None
+        assert not status.exhausted
+
+    def test_many_users_take_two_queries_whatever_their_history(
+        self, alice, bob, project, task_factory
+    ):
+        for amount in ("1", "2", "3"):
+            spend(task_factory, project, alice, amount)
+            spend(task_factory, project, bob, amount)
+        Quota.objects.create(user=bob, monthly_limit_usd=Decimal("100"))
+
+        with CaptureQueriesContext(connection) as queries:
+            statuses = quota_statuses_get(user_ids=[alice.pk, bob.pk])
+
+        assert len(queries) == 2
+        assert statuses[alice.pk].remaining_percent == Decimal("40")
+        assert statuses[bob.pk].remaining_percent == Decimal("94")
+
 
 class TestEndpoints:
     def test_a_user_reads_their_quota(self, api_client_for, alice, project, task_factory):
@@ -92,6 +212,25 @@ class TestEndpoints:
         body = api_client_for(alice).get("/users/me/quota").json()
 
         assert body == {"monthly_limit_usd": 10.0, "spent_usd": 2.5, "remaining_percent": 75.0}
+
+    def test_the_percent_is_rounded_down_for_display_only(
+        self, api_client_for, alice, project, task_factory
+    ):
+        spend(task_factory, project, alice, "8.0005")
+
+        body = api_client_for(alice).get("/users/me/quota").json()
+
+        assert body == {"monthly_limit_usd": 10.0, "spent_usd": 8.0005, "remaining_percent": 19.99}
+
+    def test_an_unlimited_user_still_sees_their_spend(
+        self, api_client_for, alice, project, task_factory
+    ):
+        Quota.objects.create(user=alice, monthly_limit_usd=None)
+        spend(task_factory, project, alice, "42.5")
+
+        body = api_client_for(alice).get("/users/me/quota").json()
+
+        assert body == {"monthly_limit_usd": None, "spent_usd": 42.5, "remaining_percent": 100.0}
 
     def test_an_unlimited_quota_reads_as_null(self, api_client_for, alice):
         Quota.objects.create(user=alice, monthly_limit_usd=None)

@@ -1,0 +1,223 @@
+"""The usage ledger: recording what runs cost, and the check that keeps monthly totals honest.
+
+Every ledger row is written by `usage_record`, which in the same transaction adds its cost to
+the user's total for the UTC month it finished in (one atomic upsert) and, for a task run, to
+the task's `cost_usd`. So a month's spend is one row read, and a task's cost is the sum of
+its runs, however long the history. `monthly_spend_verify` recomputes the totals from the
+ledger and reports (or repairs) any drift.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+from django.db import connection, transaction
+from django.db.models import Count, F, Sum
+from django.utils import timezone
+
+from controlplane.errors import DomainError
+from controlplane.models import MonthlySpend, Task, UsageKind, UsageRecord
+
+
+def month_of(moment: datetime) -> date:
+    """The first day of `moment`'s calendar month in UTC (the key of `MonthlySpend`)."""
+    moment = moment.astimezone(UTC)
+    return date(moment.year, moment.month, 1)
+
+
+def _month_bounds(month: date) -> tuple[datetime, datetime]:
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
+    if month.month == 12:
+        return start, start.replace(year=month.year + 1, month=1)
+    return start, start.replace(month=month.month + 1)
+
+
+def usage_record(
+    *,
+    user_id: int,
+    cost_usd: Decimal,
+    finished_at: datetime,
+    kind: str = UsageKind.TASK_RUN,
+    task_id: int | None = None,
+    project_id: int | None = None,
+    turn: int | None = None,
+    thread_id: str = "",
+    executor: str = "",
+    model: str = "",
+    input_tokens: int = 0,
+    cached_input_tokens: int = 0,
+    cache_write_input_tokens: int = 0,
+    output_tokens: int = 0,
+    reasoning_output_tokens: int = 0,
+) -> UsageRecord:
+    """Append one ledger row; add its cost to the user's month and, for a task run, the task.
+
+    All three writes are one transaction (joined to the caller's, if any), so the monthly total
+    and the task's cost never disagree with the ledger. Concurrent callers for the same user
+    and month serialise on the month's row, never lose an addition.
+    """
+    cost_usd = Decimal(cost_usd)
+    if not cost_usd.is_finite() or cost_usd < 0:
+        raise DomainError("A cost must be a finite amount >= 0.", field="cost_usd")
+    if kind not in UsageKind.values:
+        raise DomainError(f"Unknown usage kind {kind!r}.", field="kind")
+    with transaction.atomic():
+        record = UsageRecord.objects.create(
+            user_id=user_id,
+            task_id=task_id,
+            project_id=project_id,
+            kind=kind,
+            turn=turn,
+            thread_id=thread_id[:200],
+            executor=executor[:32],
+            model=model[:200],
+            input_tokens=input_tokens,
+            cached_input_tokens=cached_input_tokens,
+            cache_write_input_tokens=cache_write_input_tokens,
+            output_tokens=output_tokens,
+            reasoning_output_tokens=reasoning_output_tokens,
+            cost_usd=cost_usd,
+            finished_at=finished_at,
+        )
+        _monthly_spend_add(user_id=user_id, month=month_of(finished_at), cost_usd=cost_usd)
+        if task_id is not None and kind == UsageKind.TASK_RUN and cost_usd:
+            Task.objects.filter(pk=task_id).update(cost_usd=F("cost_usd") + cost_usd)
+    return record
+
+
+def _monthly_spend_add(*, user_id: int, month: date, cost_usd: Decimal) -> None:
+    """Add one entry of `cost_usd` to the user's month: one INSERT ... ON CONFLICT DO UPDATE.
+
+    The statement is atomic on SQLite and PostgreSQL alike: the first writer of a month inserts
+    the row, later (and concurrent) ones add to it under its row lock.
+    """
+    table = connection.ops.quote_name(MonthlySpend._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (user_id, month, total_usd, entries, updated_at) "
+            "VALUES (%s, %s, %s, 1, %s) "
+            "ON CONFLICT (user_id, month) DO UPDATE SET "
+            f"total_usd = {table}.total_usd + EXCLUDED.total_usd, "
+            f"entries = {table}.entries + 1, "
+            "updated_at = EXCLUDED.updated_at",
+            [
+                user_id,
+                connection.ops.adapt_datefield_value(month),
+                connection.ops.adapt_decimalfield_value(cost_usd, 20, 6),
+                connection.ops.adapt_datetimefield_value(timezone.now()),
+            ],
+        )
+
+
+def monthly_spend_get(*, user_ids, month: date) -> dict[int, Decimal]:
+    """The spend of each user in `month` (0 when nothing was recorded): one indexed read."""
+    user_ids = list(user_ids)
+    if not user_ids:
+        return {}
+    rows = MonthlySpend.objects.filter(user_id__in=user_ids, month=month).values_list(
+        "user_id", "total_usd"
+    )
+    return dict(rows)
+
+
+# --- The honesty check --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpendDrift:
+    """A month whose stored total disagrees with its ledger rows."""
+
+    user_id: int
+    month: date
+    stored_usd: Decimal | None  # None: no stored row
+    ledger_usd: Decimal
+    stored_entries: int | None
+    ledger_entries: int
+
+    def __str__(self) -> str:
+        stored = "missing"
+        if self.stored_usd is not None:
+            stored = f"${self.stored_usd} ({self.stored_entries} entries)"
+        return (
+            f"user {self.user_id} {self.month:%Y-%m}: stored {stored}, "
+            f"ledger ${self.ledger_usd} ({self.ledger_entries} entries)"
+        )
+
+
+def _ledger_totals(*, user_id: int | None = None) -> dict[tuple[int, date], tuple[Decimal, int]]:
+    """(user, month) -> (sum, count) of the ledger rows, the months found in Python.
+
+    One pass over the ledger in (user, finished_at) order; an offline check, so its cost may
+    grow with history (nothing on a request or worker path calls it).
+    """
+    rows = UsageRecord.objects.order_by("user_id", "finished_at")
+    if user_id is not None:
+        rows = rows.filter(user_id=user_id)
+    totals: dict[tuple[int, date], list] = {}
+    for uid, finished_at, cost in rows.values_list("user_id", "finished_at", "cost_usd").iterator(
+        chunk_size=5000
+    ):
+        entry = totals.setdefault((uid, month_of(finished_at)), [Decimal("0"), 0])
+        entry[0] += cost
+        entry[1] += 1
+    return {key: (total, count) for key, (total, count) in totals.items()}
+
+
+def monthly_spend_verify(*, fix: bool = False, user_id: int | None = None) -> list[SpendDrift]:
+    """Recompute every monthly total from the ledger; return the months that drifted.
+
+    With `fix`, each drifted month is rewritten from its ledger rows under the month row's
+    lock, summed inside that lock, so a run recorded meanwhile is neither lost nor counted
+    twice. A stored month with no ledger rows is deleted.
+    """
+    ledger = _ledger_totals(user_id=user_id)
+    stored_rows = MonthlySpend.objects.all()
+    if user_id is not None:
+        stored_rows = stored_rows.filter(user_id=user_id)
+    stored = {
+        (uid, month): (total, entries)
+        for uid, month, total, entries in stored_rows.values_list(
+            "user_id", "month", "total_usd", "entries"
+        )
+    }
+    drifts = []
+    for key in sorted(ledger.keys() | stored.keys()):
+        ledger_usd, ledger_entries = ledger.get(key, (Decimal("0"), 0))
+        stored_usd, stored_entries = stored.get(key, (None, None))
+        if stored_usd == ledger_usd and stored_entries == ledger_entries:
+            continue
+        if stored_usd is None and not ledger_entries:
+            continue
+        drifts.append(
+            SpendDrift(
+                user_id=key[0],
+                month=key[1],
+                stored_usd=stored_usd,
+                ledger_usd=ledger_usd,
+                stored_entries=stored_entries,
+                ledger_entries=ledger_entries,
+            )
+        )
+    if fix:
+        for drift in drifts:
+            _monthly_spend_rewrite(user_id=drift.user_id, month=drift.month)
+    return drifts
+
+
+def _monthly_spend_rewrite(*, user_id: int, month: date) -> None:
+    start, end = _month_bounds(month)
+    with transaction.atomic():
+        # Make sure the row exists, then lock it: recorders of this month wait for us.
+        _monthly_spend_add(user_id=user_id, month=month, cost_usd=Decimal("0"))
+        row = MonthlySpend.objects.select_for_update().get(user_id=user_id, month=month)
+        ledger = UsageRecord.objects.filter(
+            user_id=user_id, finished_at__gte=start, finished_at__lt=end
+        ).aggregate(total=Sum("cost_usd"), entries=Count("id"))
+        if not ledger["entries"]:
+            row.delete()
+            return
+        MonthlySpend.objects.filter(pk=row.pk).update(
+            total_usd=ledger["total"], entries=ledger["entries"], updated_at=timezone.now()
+        )
