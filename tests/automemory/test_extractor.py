@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import AutoMemoryLog, TaskAutoMemoryFlags
+from automemory.models import AutoMemoryLog, SweepState, TaskAutoMemoryFlags
 from automemory.services.extractor import process_auto_memories
 from controlplane.models import (
     IdentityMemory,
@@ -15,6 +15,7 @@ from controlplane.models import (
     MemorySource,
     MemoryStatus,
     Quota,
+    Task,
     TaskFollowup,
     TaskKind,
     TaskStatus,
@@ -630,3 +631,126 @@ def test_errors_back_off_and_stop_after_five_attempts(
         process_auto_memories(now=now)
     assert log_of(task).outcome == "error"
     assert log_of(task).attempts == 5
+
+
+# --- The per-user sweep's cost -----------------------------------------------------------------
+
+
+def settled_history(task_factory, project, user, count, *, start):
+    """`count` tasks of `user` that earlier rounds already dealt with, the cursor past them."""
+    with freeze_time(start):
+        for i in range(count):
+            short = i % 3 == 0
+            task_factory(
+                project,
+                user,
+                prompt=f"history {start:%H%M} {i}",
+                completed=True,
+                result_text="short" if short else None,
+            )
+        process_auto_memories()
+    with freeze_time(start + timedelta(minutes=5)):
+        process_auto_memories()
+
+
+def test_the_per_user_sweep_reads_a_fixed_number_of_queries_whatever_the_history(
+    task_factory, project, alice, on
+):
+    start = timezone.now()
+
+    def queries_with_history(count, at):
+        settled_history(task_factory, project, alice, count, start=at)
+        with freeze_time(at + timedelta(minutes=10)):
+            with CaptureQueriesContext(connection) as idle:
+                assert process_auto_memories(user=alice).scanned == 0
+            task_factory(project, alice, prompt=f"pending {count}", completed=True)
+            with CaptureQueriesContext(connection) as pending:
+                assert process_auto_memories(user=alice).extracted == 1
+        return len(idle.captured_queries), len(pending.captured_queries)
+
+    small = queries_with_history(3, start)
+    large = queries_with_history(40, start + timedelta(hours=1))
+    assert AutoMemoryLog.objects.filter(user=alice).count() == 45
+    assert large == small
+
+
+def test_the_per_user_sweep_sees_a_skipped_task_completed_again(task_factory, project, alice, on):
+    start = timezone.now()
+    with freeze_time(start):
+        task = task_factory(project, alice, completed=True, result_text="short")
+        process_auto_memories()
+    with freeze_time(start + timedelta(minutes=5)):
+        process_auto_memories()
+        assert process_auto_memories(user=alice).scanned == 0
+        task.result_text = "A longer answer. " * 20
+        task.save()
+        assert process_auto_memories(user=alice).extracted == 1
+
+
+def test_a_forced_user_sweep_reexamines_skips_the_cursor_has_passed(
+    task_factory, project, alice, on
+):
+    start = timezone.now()
+    with freeze_time(start):
+        short = task_factory(project, alice, prompt="short", completed=True, result_text="tiny")
+        quick = task_factory(
+            project, alice, prompt="quick", completed=True, duration=timedelta(seconds=2)
+        )
+        process_auto_memories()
+    with freeze_time(start + timedelta(minutes=5)):
+        process_auto_memories()
+        assert process_auto_memories(user=alice).scanned == 0
+        summary = process_auto_memories(user=alice, force=True)
+    assert summary.extracted == 2
+    assert log_of(short).forced and log_of(quick).forced
+
+
+def test_a_per_user_sweep_keeps_its_own_cursor(task_factory, project, alice, bob, on):
+    start = timezone.now()
+    with freeze_time(start):
+        task_factory(project, alice, completed=True, result_text="short")
+        process_auto_memories(user=alice)
+    with freeze_time(start + timedelta(minutes=5)):
+        assert process_auto_memories(user=alice).scanned == 0
+    state = SweepState.objects.get(name=f"user:{alice.pk}")
+    # Past everything read, the skipped task included, but never closer than 30 s to the read.
+    assert state.cursor_updated_at == start + timedelta(minutes=5) - timedelta(seconds=30)
+    assert state.last_sweep_at == start + timedelta(minutes=5)
+    assert not SweepState.objects.filter(name="global").exists()
+    assert not SweepState.objects.filter(name=f"user:{bob.pk}").exists()
+
+
+def test_the_per_user_sweep_still_reports_waiting_tasks_each_time(task_factory, project, alice, on):
+    start = timezone.now()
+    with freeze_time(start):
+        task = task_factory(project, alice, completed=True, finished_ago=timedelta(0))
+        process_auto_memories()
+    with freeze_time(start + timedelta(minutes=5)):
+        process_auto_memories()
+        summary = process_auto_memories(user=alice)
+    assert summary.skipped["not_idle"] == 1
+    assert log_of(task).attempts == 2
+
+
+def test_the_global_cursor_keeps_up_with_the_clock_when_nothing_is_returned(
+    task_factory, project, alice, on
+):
+    start = timezone.now()
+    with freeze_time(start):
+        task_factory(project, alice, completed=True)
+        assert process_auto_memories().extracted == 1
+    with freeze_time(start + timedelta(minutes=5)):
+        assert process_auto_memories().scanned == 0
+    state = SweepState.objects.get(name="global")
+    assert state.cursor_updated_at == start + timedelta(minutes=5) - timedelta(seconds=30)
+
+
+def test_a_task_committed_late_within_the_margin_is_still_seen(task_factory, project, alice, on):
+    start = timezone.now()
+    with freeze_time(start):
+        process_auto_memories()
+        late = task_factory(project, alice, completed=True)
+    # Its transaction stamped `updated_at` 20 s before the sweep but committed after it.
+    Task.objects.filter(pk=late.pk).update(updated_at=start - timedelta(seconds=20))
+    with freeze_time(start + timedelta(seconds=1)):
+        assert process_auto_memories().extracted == 1
