@@ -2,7 +2,9 @@
 #   make run   - set up, then run the API server and one worker on SQLite (Ctrl-C stops both)
 #   make test  - set up, then run the whole test suite (honours DATABASE_URL)
 # Setup is idempotent: the virtualenv is created once and dependencies are reinstalled only
-# when pyproject.toml changes.
+# when pyproject.toml changes. `make test` also installs the real codex CLI the tests run
+# (the version pinned in tests/worker/real_codex/codex-version) from npm into .cache/; without
+# npm those tests skip (and fail in CI).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,8 +12,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 ADDR ?= 127.0.0.1:8000
 PYTEST_ARGS ?=
+CODEX_VERSION := $(shell cat tests/worker/real_codex/codex-version)
+CODEX_DIR := .cache/codex-cli/$(CODEX_VERSION)
+CODEX_BIN := $(CODEX_DIR)/bin/codex
 
-.PHONY: run test setup lint
+.PHONY: run test setup lint codex-cli
 
 run: setup
 	$(PY) manage.py migrate --noinput
@@ -19,7 +24,7 @@ run: setup
 	$(PY) manage.py demo_auto_memory
 	$(PY) manage.py run_main --addrport $(ADDR)
 
-test: setup
+test: setup codex-cli
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup
@@ -33,3 +38,14 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+codex-cli: $(CODEX_BIN)
+
+$(CODEX_BIN): tests/worker/real_codex/codex-version
+	@if command -v npm >/dev/null 2>&1; then \
+		npm install --global --prefix $(CODEX_DIR) --no-audit --no-fund --loglevel=error \
+			@openai/codex@$(CODEX_VERSION) && touch $(CODEX_BIN) \
+			|| echo "could not install @openai/codex@$(CODEX_VERSION): real-CLI tests will skip"; \
+	else \
+		echo "npm not found: the real codex CLI tests will skip (in CI they fail)"; \
+	fi

@@ -194,6 +194,24 @@ def test_the_worker_stores_codex_results_events_and_resumes_the_next_turn(
     assert TaskEvent.objects.filter(task=task, turn=2).count() == 2
 
 
+def test_three_turns_through_the_worker_cost_three_turns_when_codex_reports_thread_totals(
+    codex, project, task_factory, worker_factory
+):
+    codex.usage("cumulative")
+    task = task_factory(project, prompt="Fix the login bug")
+    worker = worker_factory(CodexExecutor())
+    worker.run_once()
+    for turn in (2, 3):
+        task.refresh_from_db()
+        task.status, task.turn, task.continuation_prompt = TaskStatus.QUEUED, turn, "More"
+        task.save()
+        worker.run_once()
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED
+    assert task.cost_usd == Decimal("6.6")  # not 2.2 + 4.4 + 6.6
+
+
 def test_a_crashed_run_keeps_its_thread_for_the_next_turn(
     codex, project, task_factory, worker_factory
 ):
@@ -390,10 +408,32 @@ def test_a_checkpoint_resume_on_a_thread_with_a_session_record_bills_only_itself
             TokenUsage(30, 10, 0, 3, 1),
             "per_turn",
         ),
-        # the session record wins over the report and the ledger
+        # the session record wins over the report
         (
-            {"session_before": TokenUsage(25, 9, 0, 2, 0), "session_after": TokenUsage(30, 10)},
+            {
+                "session_before": TokenUsage(25, 9, 0, 2, 0),
+                "session_after": TokenUsage(30, 10),
+                "thread_usage": TokenUsage(99),  # more than the record: the record decides
+            },
             TokenUsage(5, 1, 0, 0, 0),
+            "session_record",
+        ),
+        # ... and what it counted before this run that no recorded run billed is billed now
+        (
+            {
+                "session_before": TokenUsage(25, 9, 0, 2, 0),
+                "session_after": TokenUsage(30, 10, 0, 3, 0),
+            },
+            TokenUsage(20, 6, 0, 2, 0),
+            "session_record",
+        ),
+        (
+            {
+                "session_before": TokenUsage(25, 9, 0, 2, 0),
+                "session_after": TokenUsage(30, 10, 0, 3, 0),
+                "thread_usage": None,
+            },
+            TokenUsage(5, 1, 0, 1, 0),
             "session_record",
         ),
         (

@@ -106,8 +106,11 @@ def turn_usage(
     """This turn's own usage, whatever the CLI reports on `turn.completed`.
 
     1. The CLI's session record of the thread, read before and after the run, counts exactly
-       what this run used (after - before; before is zero for a new thread). It also counts
-       model requests of a run that failed or was killed before `turn.completed`.
+       what this run used (after - before; before is zero for a new thread), including model
+       requests of a run that fails before `turn.completed`. When the ledger's total for the
+       thread (`thread_usage`) is below the record's total before the run, an earlier run
+       spent tokens no run was billed for (it was killed, or its result discarded): they are
+       billed now, so the thread costs what the CLI counted, once.
     2. Without it, a run that started a new thread reports its own usage.
     3. A resumed thread: `per_turn` takes the report as it is; `cumulative` subtracts the
        thread's previous total recorded in the ledger (`thread_usage`, floored at 0 per
@@ -117,13 +120,17 @@ def turn_usage(
        their quota.
     """
     if session_after is not None and (session_before is not None or not resumed):
-        own = session_after - (session_before or TokenUsage())
-        if not reported.is_zero and reported not in (own, session_after):
+        billed = session_before or TokenUsage()
+        if resumed and thread_usage is not None and billed.covers(thread_usage):
+            billed = thread_usage
+        own = session_after - billed
+        this_run = session_after - (session_before or TokenUsage())
+        if not reported.is_zero and reported not in (this_run, session_after):
             logger.warning(
                 "codex: turn.completed usage %s matches neither this run (%s) nor the thread "
                 "(%s) in the session record; the session record is used",
                 reported,
-                own,
+                this_run,
                 session_after,
             )
         return UsageDecision(own, "session_record")
