@@ -1,8 +1,26 @@
-"""Admin pages for auto memory settings, per-task flags and the extraction log (read-only)."""
+"""Admin pages for auto memory settings, per-task flags and the extraction log (read-only).
+
+Settings and flags are saved through the same services as the API's
+(`automemory.services.preferences`), so a change made here also has the next sweep look again
+at the tasks it skipped. They are not deleted here: a change (a flag back to "follow the
+user", a switch off) says the same and keeps that path.
+"""
 
 from django.contrib import admin
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings, SweepState, TaskAutoMemoryFlags
+from automemory.services.preferences import SETTINGS_FIELDS, flags_set, settings_update
+
+FLAG_FIELDS = ("use_memories", "generate_memories")
+
+
+def _changes(form, names, *, change: bool) -> dict:
+    """The submitted values of `names`: all of them for a new row, else only those changed."""
+    return {
+        name: form.cleaned_data[name]
+        for name in names
+        if name in form.cleaned_data and (not change or name in form.changed_data)
+    }
 
 
 @admin.register(AutoMemorySettings)
@@ -19,7 +37,22 @@ class AutoMemorySettingsAdmin(admin.ModelAdmin):
     list_filter = ["generate_memories", "use_memories", "disable_on_external_context"]
     search_fields = ["user__username"]
     raw_id_fields = ["user"]
-    readonly_fields = ["created_at", "updated_at"]
+
+    def get_fields(self, request, obj=None):
+        return ["user", *SETTINGS_FIELDS, "created_at", "updated_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["created_at", "updated_at"] + (["user"] if obj is not None else [])
+
+    def save_model(self, request, obj, form, change) -> None:
+        changes = _changes(form, SETTINGS_FIELDS, change=change)
+        if not changes and change:
+            return
+        saved = settings_update(user=obj.user, changes=changes, actor=request.user)
+        obj.pk, obj.created_at, obj.updated_at = saved.pk, saved.created_at, saved.updated_at
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(TaskAutoMemoryFlags)
@@ -27,8 +60,22 @@ class TaskAutoMemoryFlagsAdmin(admin.ModelAdmin):
     list_display = ["task", "use_memories", "generate_memories", "updated_by", "updated_at"]
     list_filter = ["use_memories", "generate_memories"]
     search_fields = ["task__id", "task__user__username"]
-    raw_id_fields = ["task", "updated_by"]
-    readonly_fields = ["created_at", "updated_at"]
+    raw_id_fields = ["task"]
+    fields = ["task", *FLAG_FIELDS, "updated_by", "created_at", "updated_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["updated_by", "created_at", "updated_at"] + (["task"] if obj is not None else [])
+
+    def save_model(self, request, obj, form, change) -> None:
+        changes = _changes(form, FLAG_FIELDS, change=change)
+        if not changes and change:
+            return
+        saved = flags_set(task=obj.task, actor=request.user, changes=changes)
+        obj.pk, obj.updated_by = saved.pk, saved.updated_by
+        obj.created_at, obj.updated_at = saved.created_at, saved.updated_at
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(AutoMemoryLog)

@@ -1,7 +1,9 @@
 """Admin pages for every host model. The audit log is read-only."""
 
+from django import forms
 from django.contrib import admin
 
+from controlplane.errors import DomainError
 from controlplane.models import (
     AuditEvent,
     IdentityMemory,
@@ -14,6 +16,7 @@ from controlplane.models import (
     TaskFollowup,
     UsageRecord,
 )
+from controlplane.services.memories import memory_content_validate
 
 USAGE_COLUMNS = [
     "kind",
@@ -135,8 +138,35 @@ class MonthlySpendAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_select_related = ["user"]
 
 
+class IdentityMemoryForm(forms.ModelForm):
+    """Content passes the same checks as the API's (a memory holding a secret is refused)."""
+
+    class Meta:
+        model = IdentityMemory
+        fields = [
+            "scope",
+            "user",
+            "project",
+            "content",
+            "source",
+            "source_task",
+            "goal_key",
+            "source_finished_at",
+            "status",
+            "superseded_by",
+            "created_by",
+        ]
+
+    def clean_content(self) -> str:
+        try:
+            return memory_content_validate(content=self.cleaned_data.get("content", ""))
+        except DomainError as error:
+            raise forms.ValidationError(error.message) from None
+
+
 @admin.register(IdentityMemory)
 class IdentityMemoryAdmin(admin.ModelAdmin):
+    form = IdentityMemoryForm
     list_display = [
         "id",
         "scope",

@@ -7,13 +7,15 @@ from collections.abc import Callable
 from django.utils.module_loading import import_string
 
 from automemory import conf
-from automemory.services.injector import FOOTER, HEADER
-from automemory.services.redactor import redact
+from automemory.services.provenance import injected_text_removed, task_injected_fingerprints
+from automemory.services.redactor import redact, secret_kinds
 from controlplane.models import Task
 
 _WHITESPACE = re.compile(r"\s+")
 # Redact more than is kept, so a secret crossing the cut is still recognised whole.
 _REDACTION_MARGIN_CHARS = 8192
+# A long result is cleaned of injected memories a prefix at a time, starting with this much.
+_CLEAN_PREFIX_CHARS = 65536
 
 
 def goal_line(task: Task) -> str:
@@ -47,27 +49,44 @@ def render_memory_content(task: Task) -> str:
 def memory_content(task: Task) -> str:
     """The deterministic v1 strategy: the redacted goal line (capped) and result excerpt.
 
-    A strategy that returns text taken from the task must redact it, as this one does.
+    A strategy that returns text taken from the task must redact it, as this one does, and
+    remove what was injected into the task (`result_without_injected`).
     """
     line_cap = conf.get("GOAL_LINE_MAX_CHARS")
     excerpt_chars = conf.get("RESULT_EXCERPT_CHARS")
     line = redact(goal_line(task))
     if len(line) > line_cap:
         line = line[: line_cap - 1].rstrip() + "…"
-    result = without_injected_block(task.result_text or "")
+    result = result_without_injected(task, needed_chars=excerpt_chars + _REDACTION_MARGIN_CHARS)
     window = result[: excerpt_chars + _REDACTION_MARGIN_CHARS]
     excerpt = redact(window)[:excerpt_chars].strip()
     return f"{line}\n{excerpt}" if excerpt else line
 
 
-def without_injected_block(text: str) -> str:
-    """`text` without a leading block of injected memories (an agent that echoed its prompt).
+def result_without_injected(task: Task, *, needed_chars: int | None = None) -> str:
+    """The task's result without the memories injected into it, wherever the agent echoed them.
 
-    Memories must not be remembered again as part of a later task's result.
+    Memories must not be remembered again, and a user's private memories must not reach the
+    project. With `needed_chars`, only a growing prefix of a long result is cleaned, until at
+    least that many characters remain (or the whole result was read).
     """
-    if not text.startswith(HEADER):
-        return text
-    end = text.find(f"\n{FOOTER}\n", len(HEADER))
-    if end == -1:
-        return text
-    return text[end + len(FOOTER) + 2 :].lstrip("\n")
+    text = task.result_text or ""
+    fingerprints = task_injected_fingerprints(task)
+    size = len(text) if needed_chars is None else max(needed_chars * 4, _CLEAN_PREFIX_CHARS)
+    while True:
+        cleaned = injected_text_removed(text[:size], fingerprints=fingerprints)
+        if size >= len(text) or len(cleaned) >= needed_chars:
+            return cleaned
+        size *= 4
+
+
+def manual_memory_secret_problem(content: str) -> str | None:
+    """Why a hand-written memory may not be stored: the kinds of secret it holds, never the
+    values (memories are injected into every later task). None when it holds none."""
+    kinds = secret_kinds(content)
+    if not kinds:
+        return None
+    return (
+        f"Memory content holds a secret ({', '.join(dict.fromkeys(kinds))}). "
+        "Remove it (refer to where it is kept instead) and save again."
+    )

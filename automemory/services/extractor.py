@@ -56,6 +56,12 @@ from automemory.models import (
 )
 from automemory.services.content import goal_key, render_memory_content
 from automemory.services.preferences import effective_switch
+from automemory.services.provenance import (
+    Fingerprint,
+    injected_text_removed,
+    matching_fingerprints,
+    private_fingerprints_for,
+)
 from automemory.services.redactor import redact
 from controlplane.models import (
     IdentityMemory,
@@ -91,6 +97,7 @@ SKIP_REASONS = (
     Reason.EXTERNAL_CONTEXT,
     Reason.QUOTA_LOW,
     Reason.QUOTA_CHECK_FAILED,
+    Reason.PRIVATE_CONTENT,
 )
 
 
@@ -583,10 +590,19 @@ class _AlreadyExtracted(Exception):
     """Another sweep wrote this task's memory first."""
 
 
+class _PrivateContent(Exception):
+    """The memory would hold a user-level memory's text (the message never quotes it)."""
+
+
 def _extract_all(tasks: list[Task], *, verdicts: dict[int, _Verdict], summary: SweepSummary):
+    private_by_task = private_fingerprints_for(tasks)
     for task in tasks:
+        private = private_by_task.get(task.pk, [])
         try:
-            memory, superseded_count, replaced_older = _extract_one(task)
+            memory, superseded_count, replaced_older = _extract_one(task, private=private)
+        except _PrivateContent as exc:
+            verdicts[task.pk] = _Verdict(Outcome.SKIPPED, Reason.PRIVATE_CONTENT, str(exc))
+            continue
         except _AlreadyExtracted:
             existing = (
                 IdentityMemory.objects.filter(source=MemorySource.AUTO, source_task_id=task.pk)
@@ -597,9 +613,9 @@ def _extract_all(tasks: list[Task], *, verdicts: dict[int, _Verdict], summary: S
             continue
         except Exception as exc:
             logger.exception("auto memory: extracting task %s failed", task.pk)
-            verdicts[task.pk] = _Verdict(
-                Outcome.ERROR, Reason.ERROR, redact(f"{type(exc).__name__}: {exc}")[:1000]
-            )
+            detail = redact(f"{type(exc).__name__}: {exc}")
+            detail = injected_text_removed(detail, fingerprints=private)[:1000]
+            verdicts[task.pk] = _Verdict(Outcome.ERROR, Reason.ERROR, detail)
             continue
         summary.extracted += 1
         summary.superseded += superseded_count
@@ -607,15 +623,26 @@ def _extract_all(tasks: list[Task], *, verdicts: dict[int, _Verdict], summary: S
         verdicts[task.pk] = _Verdict(Outcome.EXTRACTED, reason, "", memory.pk)
 
 
-def _extract_one(task: Task, attempts: int = 3) -> tuple[IdentityMemory, int, bool]:
+def _extract_one(
+    task: Task, attempts: int = 3, *, private: list[Fingerprint] | tuple = ()
+) -> tuple[IdentityMemory, int, bool]:
     """Write the task's memory and settle which memory of its goal stays active.
 
     Returns the memory, how many memories became superseded, and whether it replaced an
-    older active one. Races with other sweeps end
+    older active one. Raises `_PrivateContent` instead of writing a memory that would hold
+    the text of one of the `private` (user-level) memories, whatever the content strategy.
+    Races with other sweeps end
     in an IntegrityError from one of the two unique constraints: losing the one-per-task
     race means the work is done; losing the one-active-per-goal race means try again.
     """
     content = render_memory_content(task)
+    leaked = matching_fingerprints(content, fingerprints=private)
+    if leaked:
+        count = len({fingerprint.memory_id or id(fingerprint) for fingerprint in leaked})
+        raise _PrivateContent(
+            f"the memory would hold the text of {count} user-level "
+            f"{'memory' if count == 1 else 'memories'}"
+        )
     key = goal_key(task)
     for attempt in range(attempts):
         try:

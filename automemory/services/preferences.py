@@ -34,8 +34,12 @@ def settings_get(*, user_id: int) -> AutoMemorySettings:
 
 
 @transaction.atomic
-def settings_update(*, user, changes: dict[str, Any]) -> AutoMemorySettings:
-    """Apply validated `changes` to the user's settings (creating the row on first change)."""
+def settings_update(*, user, changes: dict[str, Any], actor=None) -> AutoMemorySettings:
+    """Apply validated `changes` to the user's settings (creating the row on first change).
+
+    The one path for a settings change (API, admin, `manage.py auto_memory_settings`), so the
+    recheck of stable skips always follows. `actor` is who changed them, when not the user.
+    """
     unknown = set(changes) - set(SETTINGS_FIELDS)
     if unknown:
         raise ValueError(f"unknown settings: {sorted(unknown)}")
@@ -51,7 +55,7 @@ def settings_update(*, user, changes: dict[str, Any]) -> AutoMemorySettings:
     ).update(recheck=True)
     audit_record(
         action="auto_memory_settings_updated",
-        actor=user,
+        actor=actor or user,
         target_type="user",
         target_id=user.pk,
         data={"changes": changes},

@@ -162,3 +162,93 @@ def test_a_viewer_cannot_forget_a_project_memory(api_client_for, project, vera, 
 @pytest.mark.parametrize("memory_id", ["999999", "abc", "1e3", "-1", "99999999999999999999999"])
 def test_deleting_an_unknown_memory_is_a_404(api_client_for, alice, memory_id):
     assert api_client_for(alice).delete(f"/memories/{memory_id}").status_code == 404
+
+
+# --- Secrets in hand-written memories -----------------------------------------------------------
+
+PASSWORD = "Sup3rS3cretPassw0rd"
+GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5" * 3 + "a1B2c3"
+SECRET_CONTENTS = [
+    f"The staging db password={PASSWORD} (rotate monthly)",
+    f"CI pushes with {GITHUB_TOKEN}",
+]
+
+
+@pytest.mark.parametrize("content", SECRET_CONTENTS, ids=["password", "github-token"])
+def test_a_memory_holding_a_secret_is_refused_and_names_the_kind(
+    api_client_for, project, alice, snapshot, content
+):
+    from automemory.services.redactor import secret_kinds
+
+    kinds = secret_kinds(content)
+    assert kinds, "the redactor recognises the secret"
+    client = api_client_for(alice)
+    before = snapshot()
+
+    for path in ("/users/me/memories", f"/projects/{project.pk}/memories"):
+        response = post_json(client, path, {"content": content})
+        assert response.status_code == 400
+        message = response.json()["content"][0]
+        assert all(kind in message for kind in kinds)
+        assert PASSWORD not in response.content.decode()
+        assert GITHUB_TOKEN not in response.content.decode()
+    assert snapshot() == before
+
+
+def test_a_reference_to_where_a_secret_is_kept_is_accepted(api_client_for, alice):
+    content = "The staging db password=${STAGING_DB_PASSWORD} comes from the vault"
+    response = post_json(api_client_for(alice), "/users/me/memories", {"content": content})
+
+    assert response.status_code == 201
+    assert IdentityMemory.objects.get().content == content
+
+
+@pytest.fixture
+def admin_client(client, user_factory):
+    root = user_factory("root", is_staff=True)
+    root.is_superuser = True
+    root.save()
+    client.force_login(root)
+    return client
+
+
+def admin_memory_form(**fields) -> dict:
+    values = {"scope": "user", "source": "manual", "status": "active", "goal_key": ""}
+    return {**values, **fields}
+
+
+def test_the_admin_refuses_a_new_memory_holding_a_secret(admin_client, alice):
+    content = SECRET_CONTENTS[0]
+    response = admin_client.post(
+        "/admin/controlplane/identitymemory/add/",
+        admin_memory_form(user=alice.pk, content=content),
+    )
+
+    assert response.status_code == 200, "the form is shown again with the error"
+    assert "holds a secret" in response.content.decode()
+    assert PASSWORD not in response.content.decode().replace(content, "")
+    assert not IdentityMemory.objects.exists()
+
+
+def test_the_admin_refuses_an_edit_that_adds_a_secret(admin_client, alice, memory_factory):
+    memory = memory_factory(user=alice, content="Alice uses the staging db")
+
+    response = admin_client.post(
+        f"/admin/controlplane/identitymemory/{memory.pk}/change/",
+        admin_memory_form(user=alice.pk, content=SECRET_CONTENTS[1]),
+    )
+
+    assert response.status_code == 200
+    assert "holds a secret" in response.content.decode()
+    memory.refresh_from_db()
+    assert memory.content == "Alice uses the staging db"
+
+
+def test_the_admin_saves_a_memory_without_secrets(admin_client, alice):
+    response = admin_client.post(
+        "/admin/controlplane/identitymemory/add/",
+        admin_memory_form(user=alice.pk, content="  Alice prefers small commits  "),
+    )
+
+    assert response.status_code == 302
+    assert IdentityMemory.objects.get().content == "Alice prefers small commits"
