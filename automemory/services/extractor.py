@@ -430,7 +430,7 @@ def _process_batch(batch: list[Task], *, now: datetime, force: bool, summary: Sw
                 verdicts[task.pk] = _Verdict(
                     Outcome.SKIPPED,
                     Reason.QUOTA_LOW,
-                    f"{status.remaining_percent}% of the monthly quota left, "
+                    f"{status.remaining_percent_display}% of the monthly quota left, "
                     f"below {prefs.min_rate_limit_remaining_percent}%",
                     retry_after=now + timedelta(seconds=conf.get("QUOTA_LOW_RETRY_SECONDS")),
                 )

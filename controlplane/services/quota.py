@@ -7,7 +7,7 @@ Decimals: nothing is rounded before a comparison; the API rounds for display onl
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_FLOOR, Decimal, localcontext
+from decimal import ROUND_DOWN, ROUND_FLOOR, Decimal, localcontext
 
 from django.conf import settings
 from django.db import transaction
@@ -34,6 +34,11 @@ class QuotaStatus:
     @property
     def exhausted(self) -> bool:
         return self.remaining_percent <= 0
+
+    @property
+    def remaining_percent_display(self) -> Decimal:
+        """The remaining percent rounded down to 2 decimals, for messages (never compare it)."""
+        return self.remaining_percent.quantize(Decimal("0.01"), rounding=ROUND_DOWN)
 
 
 def month_start(now: datetime) -> datetime:

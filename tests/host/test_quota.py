@@ -158,7 +158,9 @@ class TestComputation:
 
         process_auto_memories(user=alice)
 
-        assert AutoMemoryLog.objects.get(task=task).reason == "quota_low"
+        log = AutoMemoryLog.objects.get(task=task)
+        assert log.reason == "quota_low"
+        assert log.detail == "19.99% of the monthly quota left, below 20%"
 
     def test_the_memory_gate_passes_exactly_20_percent(
         self, alice, project, task_factory, enable_auto_memory
