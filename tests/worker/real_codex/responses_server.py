@@ -165,6 +165,8 @@ class ResponsesServer:
             def _send_json(self, status: int, payload: dict[str, Any]) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", "0")
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
