@@ -881,7 +881,387 @@ def _negatives(g: _Gen) -> list[Sample]:
     return [Sample("neg:" + kind, "negative", text) for kind, text in texts]
 
 
+# --------------------------------------------------------------------------------------
+# Issue 8: every SPEC form whatever the value length, every assignment syntax, the provider
+# formats added then; each with look-alike negatives in the same syntax.
+# --------------------------------------------------------------------------------------
+
+
+def _new_provider_formats(g: _Gen) -> list[tuple[str, str, Callable[[], str]]]:
+    c = g.chars
+    upper36 = string.ascii_uppercase + DIGITS
+    return [
+        ("aws-bedrock-key", "AWS_BEARER_TOKEN_BEDROCK", lambda: "ABSK" + c(B64, 132)),
+        ("azure-ad-client-secret", "AZURE_CLIENT_SECRET", lambda: c(B62, 3) + "8Q~" + c(B62, 34)),
+        (
+            "sourcegraph-token",
+            "SRC_ACCESS_TOKEN",
+            lambda: f"sgp_{c(HEX, 16)}_{c(HEX, 40)}",
+        ),
+        ("facebook-access-token", "FB_ACCESS_TOKEN", lambda: "EAAC" + c(B62, 160)),
+        (
+            "onepassword-secret-key",
+            "OP_SECRET_KEY",
+            lambda: "A3-" + "-".join(c(upper36, n) for n in (6, 6, 5, 5, 5, 5)),
+        ),
+        (
+            "onepassword-service-account-token",
+            "OP_SERVICE_ACCOUNT_TOKEN",
+            lambda: "ops_eyJ" + c(B64, 300),
+        ),
+        ("heroku-key", "HEROKU_API_KEY", lambda: "HRKU-AA" + c(B62 + "_-", 58)),
+        ("newrelic-key", "NEW_RELIC_API_KEY", lambda: "NRAK-" + c(upper36, 27)),
+        ("postman-key", "POSTMAN_API_KEY", lambda: f"PMAK-{c(HEX, 24)}-{c(HEX, 34)}"),
+        ("pulumi-token", "PULUMI_ACCESS_TOKEN", lambda: "pul-" + c(HEX, 40)),
+        ("grafana-token", "GRAFANA_SA_TOKEN", lambda: f"glsa_{c(B62, 32)}_{c(HEX, 8)}"),
+        ("sentry-token", "SENTRY_AUTH_TOKEN", lambda: "sntrys_" + c(B64, 160)),
+        ("notion-token", "NOTION_TOKEN", lambda: "ntn_" + c(B62, 46)),
+        ("figma-token", "FIGMA_TOKEN", lambda: "figd_" + c(B62 + "_-", 40)),
+        ("supabase-token", "SUPABASE_ACCESS_TOKEN", lambda: "sbp_" + c(HEX, 40)),
+        (
+            "tailscale-key",
+            "TS_AUTHKEY",
+            lambda: f"tskey-auth-{c(B62, 12)}-{c(B62, 32)}",
+        ),
+        ("atlassian-token", "JIRA_API_TOKEN", lambda: "ATATT3" + c(B62 + "_-", 186)),
+        ("docker-hub-token", "DOCKERHUB_TOKEN", lambda: "dckr_pat_" + c(B62 + "_-", 27)),
+        ("alibaba-key", "ALIBABA_ACCESS_KEY_ID", lambda: "LTAI" + c(B62, 20)),
+        ("planetscale-token", "PLANETSCALE_TOKEN", lambda: "pscale_tkn_" + c(B62, 43)),
+        ("package-registry-token", "GEM_HOST_API_KEY", lambda: "rubygems_" + c(HEX, 48)),
+        ("misc-provider-token", "PREFECT_API_KEY", lambda: "pnu_" + c(B62, 36)),
+        ("misc-provider-token", "OPENSHIFT_TOKEN", lambda: "sha256~" + c(B64URL, 43)),
+        ("github-token", "GH_SHORT", lambda: "ghp_" + c(B62, 10)),
+        ("github-token", "GH_LONG", lambda: "ghs_" + c(B62, 850)),
+        ("openai-key", "OPENAI_SHORT", lambda: "sk-" + c(B62, 9)),
+        ("slack-token", "SLACK_SHORT", lambda: "xoxb-" + c(B62, 6)),
+    ]
+
+
+_SYNTAX_PASSWORD_KEYS = ["password", "DB_PASSWORD", "adminPass", "smtp_passwd", "passphrase"]
+_SYNTAX_TOKEN_KEYS = ["api_token", "API_KEY", "clientSecret", "accessToken", "credentials"]
+
+
+def _camel(key: str) -> str:
+    parts = key.lower().split("_")
+    return parts[0] + "".join(p.title() for p in parts[1:])
+
+
+# (context, template): {K} key as written, {Kc} camelCase, {KU} UPPER_SNAKE, {v} the value.
+_SYNTAXES = [
+    ("shell", "export {KU}={v}\n"),
+    ("shell", 'export {KU}="{v}"\n'),
+    ("shell", "{KU}='{v}' ./deploy.sh --prod\n"),
+    ("shell", '$env:{KU} = "{v}"\n'),
+    ("shell", "set -gx {KU} {v}\n"),
+    ("shell", "setenv {KU} {v}\n"),
+    ("env", "# .env\nDEBUG=false\n{KU}={v}\nLOG_LEVEL=info\n"),
+    ("yaml", "app:\n  name: shop\n  {K}: {v}\n  port: 8080\n"),
+    ("yaml", 'smtp:\n  {K}: "{v}"\n'),
+    ("json", '{{"service": "billing", "{K}": "{v}", "retries": 3}}'),
+    ("json-escaped", '"{{\\"{K}\\": \\"{v}\\"}}"'),
+    ("toml", '[database]\nhost = "db"\n{K} = "{v}"\n'),
+    ("ini", "[server]\nhost = mail.internal\n{K} = {v}\n"),
+    ("xml", "<settings>\n  <{Kc}>{v}</{Kc}>\n</settings>"),
+    (
+        "xml",
+        '<configuration><appSettings><add key="{Kc}" value="{v}" /></appSettings></configuration>',
+    ),
+    ("xml", '<bean id="ds"><property name="{Kc}" value="{v}"/></bean>'),
+    ("go", 'var {Kc} string = "{v}"\n'),
+    ("go", '{Kc} := "{v}"\n'),
+    ("java", 'private static final String {KU} = "{v}";\n'),
+    ("java", 'System.setProperty("{KU}", "{v}");\n'),
+    ("csharp", 'const string {Kc} = "{v}";\n'),
+    ("csharp", 'var {Kc} = @"{v}";\n'),
+    ("php", "${Kc} = '{v}';\n"),
+    ("php", '${Kc} .= "{v}";\n'),
+    ("php", "define('{KU}', '{v}');\n"),
+    ("php", "$config = ['{K}' => '{v}'];\n"),
+    ("ruby", 'config.{K} = "{v}"\n'),
+    ("ruby", "ENV['{KU}'] = '{v}'\n"),
+    ("ruby", "client = Api.new(:{K} => '{v}')\n"),
+    ("js", 'const {Kc} = "{v}";\n'),
+    ("js", "module.exports = {{ {Kc}: '{v}' }};\n"),
+    ("ts", 'const {Kc}: string = "{v}";\n'),
+    ("kotlin", 'val {Kc}: String = "{v}"\n'),
+    ("python", '{K} = "{v}"\n'),
+    ("python", 'os.environ["{KU}"] = "{v}"\n'),
+    ("python", 'os.environ.setdefault("{KU}", "{v}")\n'),
+    ("makefile", "{KU} ?= {v}\n"),
+    ("makefile", "{KU} ::= {v}\n"),
+    ("makefile", "{KU} :::= {v}\n"),
+    ("makefile", "{KU} := {v}\n"),
+    ("dockerfile", "ENV {KU} {v}\n"),
+    ("hcl", '{K} = "{v}"\n'),
+]
+
+_CLI_SYNTAXES = [
+    "mysql -h db -u root -p{v} shop",
+    "mysqldump -uapp -p'{v}' --single-transaction shop > dump.sql",
+    "sshpass -p {v} ssh deploy@10.0.0.7",
+    "docker login -u ci -p {v} registry.example.com",
+    "podman login --username ci --password {v} quay.io",
+    "./manage.py createsuperuser --password={v}",
+    "terraform apply -var api_token={v}",
+    "some-cli --api-key {v} --region eu",
+    "vault write auth/approle/login --secret-id={v}",
+    "redis-cli -h cache -a {v} ping",
+    "curl -u ci:{v} https://ci.example.com/api",
+    "openssl pkcs12 -export -in c.pem -passout pass:{v} -out c.p12",
+]
+
+
+def _syntax_values(g: _Gen) -> list[Callable[[], str]]:
+    c = g.chars
+    return [
+        g.password,
+        lambda: c(string.ascii_lowercase, 6) + c(DIGITS, 1),  # hunter2-like, short
+        lambda: c(B62, 24),
+        lambda: "Sup3r" + c(B62, 3) + "Example" + c(DIGITS, 2) + "!",  # contains "example"
+        lambda: "xxxxxxxx" + c(B62, 8) + c(DIGITS, 2),  # starts with xxxx
+        lambda: c(B64URL, 600),  # longer than any old bound
+        lambda: c(DIGITS, 8),
+    ]
+
+
+def _fill(tmpl: str, key: str, value: str) -> str:
+    upper = key.upper() if "_" in key or key.islower() else _snake(key).upper()
+    return (
+        tmpl.replace("{{", "{")
+        .replace("}}", "}")
+        .replace("{KU}", upper)
+        .replace("{Kc}", _camel(upper))
+        .replace("{K}", key)
+        .replace("{v}", value)
+    )
+
+
+def _snake(key: str) -> str:
+    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in key).lstrip("_")
+
+
+def _issue8_positives(g: _Gen) -> list[Sample]:
+    out = []
+    for kind, name, make in _new_provider_formats(g):
+        for ctx, _ in _contexts(name, "T"):
+            tok = make()
+            out.append(Sample(kind, ctx, dict(_contexts(name, tok))[ctx], (tok,)))
+    values = _syntax_values(g)
+    keys = _SYNTAX_PASSWORD_KEYS + _SYNTAX_TOKEN_KEYS
+    for i, (ctx, tmpl) in enumerate(_SYNTAXES):
+        for j in range(3):
+            key = keys[(i + j * 3) % len(keys)]
+            value = values[(i + j) % len(values)]()
+            if ctx in ("json-escaped",) or "'" in tmpl:
+                value = value.replace("'", "")
+            out.append(Sample("syntax:" + ctx, ctx, _fill(tmpl, key, value), (value,)))
+    for i, tmpl in enumerate(_CLI_SYNTAXES):
+        for j in range(2):
+            value = values[(i + j) % len(values)]()
+            out.append(Sample("syntax:cli", "cli", tmpl.replace("{v}", value), (value,)))
+    # SPEC minimum forms with short values
+    for tmpl in [
+        "token={v}",
+        'api_key: "{v}"',
+        "secret: {v}",
+        "Authorization: Bearer {v}",
+        "Authorization: token {v}",
+        "<password>{v}</password>",
+        "export GITHUB_TOKEN={v}",
+        '"password": "{v}"',
+        "credentials={v}",
+    ]:
+        for make in values[:2] + values[6:]:
+            value = make()
+            out.append(Sample("spec-minimum", "short", tmpl.replace("{v}", value), (value,)))
+    # Kubernetes Secrets: every data/stringData value, whatever the key
+    for _ in range(4):
+        a, b, d = g.chars(B64, 44) + "=", g.chars(B64, 24), g.password()
+        out.append(
+            Sample(
+                "kubernetes-secret",
+                "k8s",
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\ntype: Opaque\n"
+                f"data:\n  database-url: {a}\n  tls.key: {b}\nstringData:\n  smtp: {d}\n",
+                (a, b, d),
+            )
+        )
+        out.append(
+            Sample(
+                "kubernetes-secret",
+                "k8s",
+                f"apiVersion: v1\ndata:\n  .dockerconfigjson: {a}\nkind: Secret\nmetadata:\n"
+                "  name: regcred\ntype: kubernetes.io/dockerconfigjson\n",
+                (a,),
+            )
+        )
+        out.append(
+            Sample(
+                "kubernetes-secret",
+                "k8s-json",
+                json.dumps({"apiVersion": "v1", "kind": "Secret", "data": {"ca.crt": a, "x": b}}),
+                (a, b),
+            )
+        )
+    # .NET / NuGet config
+    for _ in range(3):
+        pw, tok = g.password().replace(";", ""), g.chars(B62, 32)
+        out.append(
+            Sample(
+                "dotnet",
+                "dotnet",
+                "<packageSourceCredentials><feed>\n"
+                '  <add key="Username" value="ci" />\n'
+                f'  <add key="ClearTextPassword" value="{pw}" />\n'
+                "</feed></packageSourceCredentials>",
+                (pw,),
+            )
+        )
+        out.append(
+            Sample(
+                "dotnet",
+                "dotnet",
+                json.dumps(
+                    {
+                        "ConnectionStrings": {
+                            "Default": f"Server=tcp:db,1433;Database=app;User ID=app;Password={pw};"
+                        },
+                        "Stripe": {"ApiKey": tok},
+                    },
+                    indent=2,
+                ),
+                (pw, tok),
+            )
+        )
+        out.append(
+            Sample(
+                "dotnet",
+                "dotnet",
+                f"Data Source=.;Initial Catalog=shop;User Id=sa;Pwd={pw};TrustServerCertificate=1",
+                (pw,),
+            )
+        )
+    c = g.chars
+    for ctx, tmpl in [
+        ("env", "BUNDLE_ENTERPRISE__CONTRIBSYS__COM={creds}\n"),
+        ("yaml", 'BUNDLE_GEMS__CONTRIBSYS__COM: "{creds}"\n'),
+    ]:
+        creds = f"{c(HEX, 8)}:{c(HEX, 8)}"
+        out.append(Sample("sidekiq-credentials", ctx, tmpl.format(creds=creds), (creds,)))
+    hook = f"{c(HEX, 8)}-1234-4abc-8def-{c(HEX, 12)}@{c(HEX, 8)}/IncomingWebhook/{c(HEX, 32)}"
+    out.append(
+        Sample(
+            "teams-webhook",
+            "env",
+            f"TEAMS_WEBHOOK=https://acme.webhook.office.com/webhookb2/{hook}\n",
+            (hook,),
+        )
+    )
+    return out
+
+
+def _issue8_negatives(g: _Gen) -> list[Sample]:
+    c = g.chars
+    refs = [
+        "${SECRET}",
+        "$SECRET",
+        "<your-token>",
+        "null",
+        "",
+        "***",
+        "xxxxxxxx",
+        "{{ secret }}",
+        "${{ secrets.TOKEN }}",
+        "%SECRET%",
+    ]
+    texts: list[tuple[str, str]] = []
+    keys = _SYNTAX_PASSWORD_KEYS + _SYNTAX_TOKEN_KEYS
+    for i, (ctx, tmpl) in enumerate(_SYNTAXES):
+        if ctx in ("json-escaped", "xml") and i % 2:
+            continue
+        ref = refs[i % len(refs)]
+        if ref == "" and ctx in ("shell", "dockerfile", "makefile", "ini", "yaml"):
+            ref = "$SECRET"
+        texts.append(("syntax:" + ctx, _fill(tmpl, keys[i % len(keys)], ref)))
+    code_refs = [
+        ("go", '{Kc} := os.Getenv("{KU}")\n'),
+        ("go", "var {Kc} string\n"),
+        ("java", 'String {Kc} = System.getenv("{KU}");\n'),
+        ("java", 'String {Kc} = System.getProperty("{KU}");\n'),
+        ("csharp", 'var {Kc} = Environment.GetEnvironmentVariable("{KU}");\n'),
+        ("php", "${Kc} = getenv('{KU}');\n"),
+        ("php", "define('{KU}', getenv('{KU}'));\n"),
+        ("ruby", '{K}: ENV["{KU}"],\n'),
+        ("ruby", 'config.{K} = ENV.fetch("{KU}")\n'),
+        ("js", "const {Kc} = process.env.{KU};\n"),
+        ("js", "{Kc}: config.get('{K}'),\n"),
+        ("python", '{K} = os.environ["{KU}"]\n'),
+        ("python", 'os.environ.setdefault("{KU}", "")\n'),
+        ("makefile", "{KU} ?= $(shell cat .secrets/{K})\n"),
+        ("makefile", "{KU} ?= ${{{KU}}}\n"),
+        ("xml", "<{Kc}>${{env.{KU}}}</{Kc}>"),
+        ("xml", '<add key="{Kc}" value="%{KU}%" />'),
+        ("hcl", "{K} = var.{K}\n"),
+        ("yaml", "{K}: !vault |\n  $ANSIBLE_VAULT;1.1;AES256\n"),
+        ("toml", '{K} = ""\n'),
+    ]
+    for i, (ctx, tmpl) in enumerate(code_refs):
+        for key in (keys[i % len(keys)], keys[(i + 5) % len(keys)]):
+            texts.append(("syntax:" + ctx, _fill(tmpl, key, "")))
+    sha, uuid = c(HEX, 40), f"{c(HEX, 8)}-{c(HEX, 4)}-4{c(HEX, 3)}-a{c(HEX, 3)}-{c(HEX, 12)}"
+    texts += [
+        ("cli", "mysql -h db -u root -p shop"),
+        ("cli", "docker run -p 8080:80 -p 5432:5432 app"),
+        ("cli", "ssh -p 2222 deploy@10.0.0.7"),
+        ("cli", "mkdir -p build/dist && cp -a src build"),
+        ("cli", "git log -p --stat HEAD~3"),
+        ("cli", "pip install -U pip && ls -a"),
+        ("cli", "./manage.py createsuperuser --no-password"),
+        ("cli", "docker login --password-stdin < token.txt"),
+        ("cli", 'sshpass -p "$SSHPASS" ssh deploy@host'),
+        ("cli", "gh auth login --with-token < token.txt"),
+        ("cli", "app --token-file /run/secrets/token --password-file=/run/secrets/pw"),
+        (
+            "k8s",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n"
+            "data:\n  LOG_LEVEL: debug\n  REGION: eu-west-1\n",
+        ),
+        (
+            "k8s",
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app\nspec:\n"
+            "  template:\n    spec:\n      containers:\n        - name: app\n          env:\n"
+            "            - name: DB_PASSWORD\n              valueFrom:\n"
+            "                secretKeyRef:\n"
+            "                  name: db\n                  key: password\n",
+        ),
+        ("k8s", "kind: Secret\nstringData:\n  password: ${DB_PASSWORD}\n  token: <token>\n"),
+        ("dotnet", "Server=db;Database=app;Integrated Security=true;TrustServerCertificate=1"),
+        ("dotnet", '<add key="ClearTextPassword" value="" />'),
+        ("dotnet", '<add key="Username" value="ci" />'),
+        ("xml", '<label for="password">Password</label>\n<input type="password" name="password">'),
+        ("xml", "<title>Reset your password</title>"),
+        ("xml", "<token>${GITHUB_TOKEN}</token>"),
+        ("key-position", f"commit: {sha}\nrequest_id: {uuid}\nimage_digest: sha256:{c(HEX, 64)}"),
+        ("key-position", f'{{"id": "{uuid}", "sha": "{sha}", "tokens_used": 1234}}'),
+        ("key-position", f"DJANGO_SETTINGS_MODULE=app.settings\nGIT_SHA={sha}"),
+        ("prose", "Pass the token with --token or set GITHUB_TOKEN; the password flag is -p."),
+        ("prose", "The secret: it lives in Vault, not in the repository."),
+        ("prose", "A 1Password secret key starts with A3- and has six groups."),
+        ("prose", "Facebook page tokens start with EAA; Sourcegraph ones with sgp_."),
+        ("code", 'migrations = [("auth", "0012_alter_user_first_name_max_length")]'),
+        ("code", 'SESSION_KEY = "_auth_user_id"'),
+        ("code", 'choices = [("password", "Password"), ("token", "Token")]'),
+        ("code", "if password_changed and token_valid:\n    rotate()"),
+        ("code", "token_count: int = 0\nmax_tokens = 4096"),
+    ]
+    return [Sample("neg:" + kind, "negative", text) for kind, text in texts]
+
+
 def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
-    """The full labelled corpus (positives then negatives), deterministic for ``seed``."""
+    """The full labelled corpus (positives then negatives), deterministic for ``seed``.
+
+    The issue 8 part has its own generator, so the earlier samples stay byte-identical.
+    """
     g = _Gen(seed)
-    return _positives(g) + _negatives(g)
+    g8 = _Gen(seed + "-issue8")
+    return _positives(g) + _issue8_positives(g8) + _negatives(g) + _issue8_negatives(g8)

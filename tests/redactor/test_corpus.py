@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from automemory.services.redactor import RULES, find_secrets, redact
 from tests.redactor.corpus import build_corpus
 
@@ -57,6 +59,24 @@ def test_corpus_is_large_and_varied() -> None:
     for ctx in ("env", "json", "yaml", "code", "curl", "prose", "log"):
         assert contexts[ctx] >= 20, ctx
     assert build_corpus() == corpus, "corpus must be deterministic"
+
+
+# Issue 8: the corpus covers every syntax the redactor promises, with secrets and
+# look-alike negatives in each.
+SYNTAXES = [
+    *("shell", "env", "yaml", "json", "json-escaped", "toml", "ini", "xml", "hcl"),
+    *("go", "java", "csharp", "php", "ruby", "js", "ts", "kotlin", "python"),
+    *("makefile", "dockerfile", "cli", "k8s", "dotnet"),
+]
+
+
+@pytest.mark.parametrize("syntax", SYNTAXES)
+def test_corpus_covers_every_syntax(syntax: str) -> None:
+    corpus = build_corpus()
+    positives = [s for s in corpus if s.positive and s.context in (syntax, syntax + "-json")]
+    negatives = [s for s in corpus if not s.positive and s.kind.endswith(":" + syntax)]
+    assert len(positives) >= 3, syntax
+    assert negatives, syntax
 
 
 def test_every_rule_is_exercised_by_the_corpus() -> None:

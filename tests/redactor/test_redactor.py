@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from automemory.services.redactor import REDACTED, RULES, find_secrets, redact
+from automemory.services.redactor import REDACTED, RULES, find_secrets, redact, secret_kinds
 
 R = REDACTED
 T32 = "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"  # 32 mixed base62 chars
@@ -67,6 +67,94 @@ SPEC_FORMS = [
 @pytest.mark.parametrize(("text", "expected"), SPEC_FORMS)
 def test_spec_minimum_forms(text: str, expected: str) -> None:
     assert redact(text) == expected
+
+
+# Issue 8: every SPEC-minimum form whatever the length of the value, each with the
+# placeholder twin that must stay.
+SHORT_SPEC_FORMS = [
+    ("token=hunter2", "token=" + R, "token=${TOKEN}"),
+    ('api_key: "mykey"', 'api_key: "' + R + '"', 'api_key: "<your-key>"'),
+    ("secret: 12345678", "secret: " + R, "secret: null"),
+    ("Authorization: Bearer abc", "Authorization: Bearer " + R, "Authorization: Bearer $TOKEN"),
+    (
+        "Authorization: token abc123",
+        "Authorization: token " + R,
+        "Authorization: token {{ github_token }}",
+    ),
+    ("key sk-abc123 leaked", "key " + R + " leaked", "key sk-... leaked"),
+    ("xoxb-abc", R, "xoxb-your-token"),
+    ("gho_Ab3x", R, "gho_****"),
+    ("ghp_abc123", R, "ghp_xxxxxxxx"),
+    ("<password>hunter22</password>", "<password>" + R + "</password>", "<password></password>"),
+    ("export GITHUB_TOKEN=mytok3n", "export GITHUB_TOKEN=" + R, "export GITHUB_TOKEN=$GH_TOKEN"),
+    ("DB_PASSWORD=Sup3rExampleS3cret!", "DB_PASSWORD=" + R, "DB_PASSWORD=example"),
+    ("token: xxxxxxxxRealTok3n99", "token: " + R, "token: xxxxxxxx"),
+    ("password: p4", "password: " + R, "password: ***"),
+    ("credentials: s3cr3t", "credentials: " + R, "credentials: os.environ['CREDS']"),
+    ('client_secret = "x"', 'client_secret = "' + R + '"', 'client_secret = ""'),
+]
+
+
+@pytest.mark.parametrize(("text", "expected", "twin"), SHORT_SPEC_FORMS)
+def test_spec_minimum_whatever_the_value_length(text: str, expected: str, twin: str) -> None:
+    assert redact(text) == expected
+    assert redact(twin) == twin
+
+
+# Issue 8, section 3: assignment syntaxes that had no rule.
+ASSIGNMENT_SYNTAXES = [
+    "<apiToken>{v}</apiToken>",
+    '<add key="ClearTextPassword" value="{v}" />',
+    'var xToken string = "{v}"',
+    '$xToken .= "{v}";',
+    'System.setProperty("X_TOKEN", "{v}");',
+    "X_TOKEN ?= {v}",
+    "X_TOKEN ::= {v}",
+    "X_TOKEN :::= {v}",
+    "X_TOKEN := {v}",
+    'private static final String API_TOKEN = "{v}";',
+    'const string ApiToken = "{v}";',
+    'let api_token: &str = "{v}";',
+    "config.api_token = '{v}'",
+    "$env:API_TOKEN = '{v}'",
+    "set API_TOKEN={v}",
+    "setenv API_TOKEN {v}",
+    "ENV API_TOKEN {v}",
+    'token = "{v}"  # TOML',
+    "[auth]\ntoken = {v}",
+    "mysql -uroot -p{v} shop",
+    "sshpass -p '{v}' ssh ci@host",
+    "some-cli --api-key={v}",
+    "curl -u ci:{v} https://ci.example.com",
+]
+
+
+@pytest.mark.parametrize("template", ASSIGNMENT_SYNTAXES)
+def test_assignment_syntaxes(template: str) -> None:
+    value = "Zq9aB3dE5fG7hJ9k"
+    text = template.format(v=value)
+    assert redact(text) == template.format(v=R)
+
+
+def test_kubernetes_secret_data_values_go_whatever_the_key() -> None:
+    text = (
+        "apiVersion: v1\ndata:\n  config.json: eyJhdXRocyI6e319\n  username: YWRtaW4=\n"
+        "kind: Secret\nmetadata:\n  name: registry\n  namespace: ci\ntype: Opaque\n"
+    )
+    out = redact(text)
+    assert "eyJhdXRocyI6e319" not in out and "YWRtaW4=" not in out
+    assert "  name: registry\n  namespace: ci\n" in out
+    config_map = text.replace("kind: Secret", "kind: ConfigMap")
+    assert redact(config_map) == config_map
+
+
+@pytest.mark.parametrize("length", [40, 512, 850, 5000])
+def test_a_token_of_any_length_is_redacted_whole(length: int) -> None:
+    token = "ghp_" + _b(length)
+    assert redact(f"GITHUB_TOKEN={token}\nnext line") == f"GITHUB_TOKEN={R}\nnext line"
+    value = _b(length, "k7Q")
+    assert redact(f'"api_token": "{value}"') == f'"api_token": "{R}"'
+    assert redact(f"password={value}") == f"password={R}"
 
 
 PLACEHOLDERS = [
@@ -294,9 +382,18 @@ def test_find_secrets_spans() -> None:
     text = f"export GITHUB_TOKEN=ghp_{_b(36)}"
     [(name, start, end)] = find_secrets(text)
     assert text[start:end] == f"ghp_{_b(36)}"
-    assert name in {"github-token", "key-value"}
+    assert name == "github-token"  # the specific rule names the merged finding
     raw = {n for n, _s, _e in find_secrets(text, merge=False)}
-    assert raw == {"github-token", "key-value"}
+    assert raw == {"github-token", "secret-assignment"}
+
+
+def test_secret_kinds_names_labels_in_order_without_values() -> None:
+    text = f"password=hunter22\nGITHUB_TOKEN=ghp_{_b(36)}\npassword: s3cret!\n"
+    kinds = secret_kinds(text)
+    assert kinds == ["password assignment", "GitHub token"]
+    assert not any("hunter22" in k or "ghp_" in k for k in kinds)
+    assert secret_kinds("nothing secret here") == []
+    assert secret_kinds("") == []
 
 
 def test_non_ascii_text_keeps_positions() -> None:
@@ -308,6 +405,4 @@ def test_non_ascii_text_keeps_positions() -> None:
 def test_rules_table_is_documentable() -> None:
     names = [rule.name for rule in RULES]
     assert len(names) == len(set(names))
-    for rule in RULES:
-        assert rule.description and rule.anchors
-        assert all(a == a.lower() for a in rule.anchors)
+    assert names == [rule.id for rule in RULES]

@@ -1,0 +1,13 @@
+"""Secret redaction for everything auto memory stores or logs (SPEC section 6).
+
+``redact(text)`` replaces credentials with ``[REDACTED]`` and keeps the text around
+them, so ``API_KEY=sk-...`` becomes ``API_KEY=[REDACTED]``.  The rules are data, one
+module per family under ``rules/``, each with its own true- and false-positive samples;
+``docs/redaction.md`` lists them and what is deliberately not caught.
+"""
+
+from automemory.services.redactor.base import REDACTED, Rule
+from automemory.services.redactor.engine import find_secrets, redact, secret_kinds
+from automemory.services.redactor.rules import RULES
+
+__all__ = ["REDACTED", "RULES", "Rule", "find_secrets", "redact", "secret_kinds"]

@@ -1,0 +1,134 @@
+"""The scanner: anchors located with ``str.find``, each rule's regex matched only there.
+
+Ordinary text costs one ``lower()`` plus one ``find`` pass per distinct anchor.  Every
+quantifier that may run long is possessive, and token rules start with a look-behind on
+their own alphabet, so an anchor inside a run already rejected fails on its first
+character; after a match, scanning resumes at the match end.  Work stays linear in the
+input size whatever the input.
+"""
+
+from __future__ import annotations
+
+import re
+
+from automemory.services.redactor.base import REDACTED, Rule, is_placeholder
+from automemory.services.redactor.rules import RULES
+
+Finding = tuple[str, int, int]
+
+_LABELS = {rule.id: rule.label for rule in RULES}
+
+
+def _value_span(rule: Rule, m: re.Match[str]) -> tuple[int, int]:
+    for group in rule.secret_groups:
+        if m.start(group) != -1:
+            return m.span(group)
+    return m.span()
+
+
+def _scan_rule(
+    rule: Rule, text: str, lower: str, first: dict[str, int], out: list[Finding]
+) -> None:
+    """Try ``rule`` at every occurrence of its anchors; append accepted spans to ``out``.
+
+    ``first`` caches each anchor's first position, so an anchor shared by several rules
+    costs one full ``find`` until it first occurs.
+    """
+    pattern = rule.pattern
+    back = rule.backoff
+    back_chars = rule.backoff_chars
+    for anchor in rule.anchors:
+        pos = first.get(anchor)
+        if pos is None:
+            pos = first[anchor] = lower.find(anchor)
+        resume = 0
+        while pos != -1:
+            if pos < resume:
+                pos = lower.find(anchor, resume)
+                continue
+            start = pos
+            if back:  # the match may start before the anchor: back up (bounded)
+                while start > pos - back and start > 0 and text[start - 1] in back_chars:
+                    start -= 1
+            m = pattern.match(text, start)
+            if m is None:
+                pos = lower.find(anchor, pos + 1)
+                continue
+            if rule.spans is not None:
+                out.extend((rule.id, s, e) for s, e in rule.spans(m, text) if e > s)
+            else:
+                s, e = _value_span(rule, m)
+                value = text[s:e]
+                if rule.id == "private-key":  # keep the newline after a truncated block
+                    e = s + len(value.rstrip())
+                if e > s and (
+                    rule.validate(m, value, text)
+                    if rule.validate is not None
+                    else not is_placeholder(value)
+                ):
+                    out.append((rule.id, s, e))
+            resume = max(m.end(), pos + 1)
+            pos = lower.find(anchor, resume)
+
+
+def _lowered(text: str) -> str:
+    lower = text.lower()
+    if len(lower) != len(text):  # rare non-ASCII case mappings that change length
+        lower = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+    return lower
+
+
+def find_secrets(text: str, *, merge: bool = True) -> list[Finding]:
+    """Return ``(rule_id, start, end)`` for each secret, sorted by position.
+
+    Overlapping findings are merged into one span, named after the rule listed first in
+    :data:`RULES` among those starting there, unless ``merge`` is false: then every rule's
+    own finding is returned.
+    """
+    if not text:
+        return []
+    lower = _lowered(text)
+    found: list[Finding] = []
+    first: dict[str, int] = {}
+    for rule in RULES:
+        _scan_rule(rule, text, lower, first, found)
+    found.sort(key=lambda f: (f[1], -f[2]))
+    if not merge:
+        return found
+    merged: list[Finding] = []
+    for rule_id, start, end in found:
+        if merged and start < merged[-1][2]:
+            prev = merged[-1]
+            if end > prev[2]:
+                merged[-1] = (prev[0], prev[1], end)
+            continue
+        merged.append((rule_id, start, end))
+    return merged
+
+
+def secret_kinds(text: str) -> list[str]:
+    """The labels of the secrets found in ``text`` ("GitHub token", "password assignment"),
+    in order of first appearance, without the values.
+
+    A manual memory is refused with these labels, never with the value.
+    """
+    return list(dict.fromkeys(_LABELS[rule_id] for rule_id, _s, _e in find_secrets(text)))
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with every secret found replaced by :data:`REDACTED`."""
+    if not text:
+        return ""
+    if not isinstance(text, str):
+        text = str(text)
+    spans = find_secrets(text)
+    if not spans:
+        return text
+    parts: list[str] = []
+    last = 0
+    for _rule_id, start, end in spans:
+        parts.append(text[last:start])
+        parts.append(REDACTED)
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)

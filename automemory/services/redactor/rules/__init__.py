@@ -1,0 +1,13 @@
+"""The rule table, one module per family.
+
+Order matters only for naming: when findings of several rules cover the same span, the
+merged finding is named after the rule listed first, so specific rules (a GitHub token)
+come before generic ones (a token assignment).
+"""
+
+from automemory.services.redactor.base import Rule
+from automemory.services.redactor.rules import keyvalue, providers, structured
+
+RULES: tuple[Rule, ...] = providers.RULES + structured.RULES + keyvalue.RULES
+
+__all__ = ["RULES"]

@@ -1,0 +1,498 @@
+"""Assignments whose key names a secret, in every syntax agents print.
+
+``key = value`` / ``key: value`` / ``"key": "value"`` in shells, env files, YAML, JSON,
+TOML, INI, properties, Go/Java/C#/PHP/Ruby/JS/Python/Kotlin/Rust code and Makefiles
+(``=``, ``:=``, ``?=``, ``::=``, ``:::=``, ``.=``, ``+=``, ``=>``, ``<-``), typed
+declarations (``var xToken string = "…"``), property setters
+(``System.setProperty("X_TOKEN", "…")``), XML elements and config entries, command-line
+flags and shell ``setenv``/``ENV`` commands.
+
+Keys are identifiers *ending* in a keyword (password, passwd, pwd, pass, passphrase,
+secret, token, credential(s), auth, or key after api/access/secret/private/...).  A
+password/secret/token/credential key takes any literal value, whatever its length; only
+references and placeholders as a whole value stay (``${VAR}``, ``os.environ[...]``,
+``settings.X``, a call, ``<your-key>``, ``None``, ...).
+"""
+
+from __future__ import annotations
+
+import re
+
+from automemory.services.redactor.base import (
+    Rule,
+    fake,
+    is_placeholder,
+    line_before,
+    looks_random,
+    rest_continues,
+    rx,
+    words,
+)
+
+# Words that, written before "key" (api_key, secretKey, x-api-key), make it a secret key.
+_KEY_PREFIXES = words(
+    """
+    api access secret private signing encryption encrypt master auth account app consumer
+    subscription service session shared storage client admin license deploy webhook
+    ingest ingestion write read management personal sas hmac jwt aes crypt cipher token
+    """
+)
+_SHORT_CORES = frozenset({"pass", "pwd", "pw", "auth"})
+_STRONG_WORDS = ("passw", "pwd", "pass", "secret", "token", "credential", "key")
+
+_KEY = r"""
+    (?P<core>passw(?:or)?d|passphrase|pass|pwd|pw|secret|token|credentials?|auth|key)
+    (?P<tail>
+        (?:[_.-]?(?:access|api|private|secret|auth|signing))?
+        (?:[_.-]?(?:key|value|token|string|b64|base64|base|phrase|hash))?
+        (?:[_.-]?[0-9]{1,3})?
+    )
+"""
+
+_KV_RE = rx(
+    _KEY
+    + r"""
+    (?P<close>\\?["'`]?\]?)                     # end of a quoted key / subscript
+    (?P<type>(?:[ \t]{1,4}|[ \t]{0,4}:[ \t]{0,4})
+        (?:string|String|str|&str|&'static[ ]str|\[\]byte|SecretStr|char[ ]?\*)
+        (?=[ \t]{0,4}[:=?.+|]))?                # Go/TS/Kotlin/Rust type annotation
+    [ \t]{0,4}
+    (?P<sep>:::=|::=|:=|\?\?=|\|\|=|\?=|\.=|\+=|=>|<-|=(?![=~>])|:(?![:/\\])
+        |,(?=[ \t]{0,4}[rRbBfFuU@]{0,2}["'`]))
+    [ \t]{0,4}
+    (?:[rRbBfFuU@]{1,2}(?=["']))?               # string prefix: r"", b'', @""
+    (?:
+        (?P<ref>\$\{\{[^}\n]*+\}\}|\$\{[^}\n]*+\}|\$\([^)\n]*+\)|\{\{[^}\n]*+\}\})
+            (?=[\s,;)}\]]|$)
+      | \\?"(?P<secret_dq>(?:[^"\\\n]|\\[^"\n])*+)\\?"
+      | '(?P<secret_sq>[^'\n]*+)'
+      | `(?P<secret_bq>[^`\n]*+)`
+      | (?P<secret>[^\s"'`,;&)}\]<>]++)
+    )
+    """,
+    re.IGNORECASE,
+)
+
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DOTTED_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*(?:\.[A-Za-z_$][A-Za-z0-9_$]*)+")
+_LABEL_RE = re.compile(r"[A-Z][A-Za-z]*(?: [A-Za-z]+)+")
+
+
+def _key_start(text: str, core_start: int) -> int:
+    """Where the identifier that ends with the keyword at ``core_start`` begins."""
+    i = core_start
+    lo = max(0, core_start - 64)
+    while i > lo and (text[i - 1].isalnum() or text[i - 1] in "_.-"):
+        i -= 1
+    return i
+
+
+def _left_ok(text: str, pos: int, core: str) -> bool:
+    """Left context of a keyword: ``api_key`` yes, ``monkey``/``bypass`` no."""
+    if core == "key":
+        j = pos
+        if j and text[j - 1] in "_.-":
+            j -= 1
+        return text[max(0, j - 16) : j].lower().endswith(_KEY_PREFIXES)
+    if core in _SHORT_CORES and pos:
+        prev = text[pos - 1]
+        return not prev.isalnum() or (prev.islower() and text[pos].isupper())  # dbPass
+    return True
+
+
+def _is_path_or_url(value: str) -> bool:
+    return " " not in value and value.startswith(
+        ("/", "~/", "./", "../", "http://", "https://", "file:")
+    )
+
+
+def _is_label(value: str) -> bool:
+    """A label or message ("Password must be 12 characters", "API key"), not a secret."""
+    return value[:1].isupper() and (value.count(" ") >= 3 or bool(_LABEL_RE.fullmatch(value)))
+
+
+def _is_strong(key: str, core: str) -> bool:
+    return core != "auth" or any(w in key for w in _STRONG_WORDS if w != "key")
+
+
+def value_ok(m: re.Match[str], value: str, text: str, *, key: str, core: str) -> bool:
+    """Is ``value`` (assigned to ``key``) a literal secret rather than code or a placeholder?"""
+    v = value.strip()
+    if is_placeholder(v) or _is_path_or_url(v):
+        return False
+    quoted = m.group("secret") is None
+    if quoted:
+        if _is_label(v) or (v[0] == "_" and _IDENT_RE.fullmatch(v)):
+            return False  # "Password must be…", session_key = "_messages" (a name)
+    else:
+        if len(v) < 2 or "(" in v or "[" in v:
+            return False  # call or subscript: os.getenv(...), os.environ[...]
+        if _DOTTED_RE.fullmatch(v) and not any(c.isdigit() for c in v.split(".")[0]):
+            return False  # attribute chain: settings.SECRET_KEY, self.token, var.pw
+        low = v.lower()
+        if low == key or key.endswith(low) or low.endswith(core):
+            return False  # password = password, token=self_token
+        if _IDENT_RE.fullmatch(v) and not any(c.isdigit() for c in v):
+            if "_" in v and (v.islower() or v.isupper()):
+                return False  # raw_password, DEFAULT_PASSWORD
+            if v[0].isupper() and any(c.isupper() for c in v[1:]) and v != v.upper():
+                return False  # SecretStr, CharField
+            if rest_continues(text, m.end()):
+                return False  # "Password: must be 8 characters", "x_pass = await f()"
+    return _is_strong(key, core) or looks_random(v)
+
+
+def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
+    if m.group("ref") is not None:
+        return False
+    pos = m.start()
+    core = m.group("core").lower()
+    if not _left_ok(text, pos, core):
+        return False
+    start = _key_start(text, pos)
+    key = text[start : m.end("tail")].lower()
+    sep = m.group("sep")
+    if sep == ",":
+        # a setter's first argument: System.setProperty("X_TOKEN", "..."), define('PW', '..')
+        if m.group("secret") is not None or not m.group("close").strip("\\]"):
+            return False
+        if not start or text[start - 1] not in "\"'":
+            return False
+        call = text[max(0, start - 41) : start - 1].rstrip()
+        if not call.endswith("(") or not call[-2:-1].isalnum() or core == "auth":
+            return False  # ("auth", "0002_migration") is a tuple, not a setter
+    elif (
+        sep == ":"
+        and m.group("secret") is not None
+        and not m.group("close")
+        and text[m.end("sep") : m.end("sep") + 1] not in (" ", "\t")
+    ):
+        return False  # arn:aws:...:secret:name is not a mapping (no space after the key)
+    return value_ok(m, value, text, key=key, core=core)
+
+
+# --- XML -------------------------------------------------------------------------------------
+
+_XML_ELEMENT_RE = rx(
+    _KEY
+    + r"""
+    (?:[ \t][^<>\n]{0,200}+)?>
+    (?:<!\[CDATA\[(?P<secret_cdata>[^\]\n]*+)\]\]>|(?P<secret>[^<\n]++))
+    </""",
+    re.IGNORECASE,
+)
+
+_XML_ENTRY_RE = rx(
+    _KEY
+    + r"""
+    (?P<q>["'])
+    (?:[ \t]{1,10}value[ \t]{0,2}=[ \t]{0,2}["'](?P<secret_attr>[^"'\n]*+)["']
+      |[ \t]{0,4}>(?P<secret>[^<\n]++)</)""",
+    re.IGNORECASE,
+)
+
+
+def _xml_element_ok(m: re.Match[str], value: str, text: str) -> bool:
+    pos = m.start()
+    core = m.group("core").lower()
+    start = _key_start(text, pos)
+    if not start or text[start - 1] not in "<:" or not _left_ok(text, pos, core):
+        return False
+    name = text[start : m.end("tail")]
+    gt = text.find(">", m.end(), m.end() + 100)
+    closing = text[m.end() : gt] if gt != -1 else ""
+    prefix = closing[: -len(name)]
+    if not closing.endswith(name) or (prefix and not prefix.endswith(":")):
+        return False  # <apiToken>…</apiToken>, <db:secret>…</db:secret>
+    return value_ok(m, value, text, key=name.lower(), core=core) or (
+        m.group("secret") is None and not is_placeholder(value)
+    )
+
+
+def _xml_entry_ok(m: re.Match[str], value: str, text: str) -> bool:
+    pos = m.start()
+    core = m.group("core").lower()
+    start = _key_start(text, pos)
+    if start < 1 or text[start - 1] != m.group("q") or not _left_ok(text, pos, core):
+        return False
+    attr = text[max(0, start - 12) : start - 1].rstrip().lower()
+    if not attr.endswith(("key=", "name=")):
+        return False
+    v = value.strip()
+    if is_placeholder(v) or _is_label(v) or _is_path_or_url(v):
+        return False
+    return _is_strong(text[start : m.end("tail")].lower(), core) or looks_random(v)
+
+
+# --- command lines ---------------------------------------------------------------------------
+
+_FLAG_RE = rx(
+    r"""(?<![\w-])--(?!no-)
+    (?P<flag>(?:[a-z0-9]{1,20}[-_]){0,4}
+        (?:password|passwd|pass|passphrase|token|secret|api-key|apikey|api_key|access-key
+          |secret-key|secret-id|client-secret|auth-token|access-token))
+    (?:[ \t]{1,4}|=)
+    (?:["'](?P<secret_q>[^"'\n]++)["']|(?P<secret>(?![-<>])[^\s"';|&<>]++))""",
+    re.IGNORECASE,
+)
+
+
+def _flag_ok(m: re.Match[str], value: str, text: str) -> bool:
+    if value.isalpha() and value.islower() and len(value) <= 4:
+        return False  # prose: "pass it with --token or set GITHUB_TOKEN"
+    return not is_placeholder(value)
+
+
+_SHORT_FLAG_RE = rx(
+    r"""[ \t](?:-pass(?:in|out)?[ \t]{1,4}pass:|-(?P<flag>p|a)(?P<sp>[ \t]{1,4}|=)?)
+    (?:["'](?P<secret_q>[^"'\n]++)["']|(?P<secret>(?!-)[^\s"';|&]++))"""
+)
+_LOGIN_COMMANDS = ("docker", "podman", "nerdctl", "helm", "oc ", "cf ")
+
+
+def _short_flag_ok(m: re.Match[str], value: str, text: str) -> bool:
+    """``-p`` is a password only after some commands: ``mysql -pX``, ``sshpass -p X``,
+    ``docker login -p X``, ``redis-cli -a X``, ``openssl -passin pass:X``."""
+    if value.startswith("-") or is_placeholder(value):
+        return False
+    flag = m.group("flag")
+    if flag is None:
+        return True  # openssl pass:X
+    before = line_before(text, m.start(), 200)
+    if flag == "a":
+        return "redis-cli" in before
+    if "mysql" in before or "mariadb" in before:
+        return m.group("sp") is None  # mysql -p db_name prompts; -pSECRET is the password
+    if "sshpass" in before or "mongo" in before:
+        return True
+    return "login" in before and any(cmd in before for cmd in _LOGIN_COMMANDS)
+
+
+def _curl_user_ok(m: re.Match[str], value: str, text: str) -> bool:
+    before = line_before(text, m.start(), 1000)
+    return ("curl" in before or "CURL" in before) and not is_placeholder(value)
+
+
+# setenv KEY value (csh), set -gx KEY value (fish), ENV KEY value (Dockerfile)
+_ENV_COMMAND_RE = rx(
+    r"""(?:setenv|set[ \t]{1,4}-[A-Za-z]{1,4}|ENV|ARG)[ \t]{1,4}
+    (?P<key>[A-Za-z_][A-Za-z0-9_]{0,80}+)[ \t]{1,4}
+    (?:"(?P<secret_dq>[^"\n]*+)"|'(?P<secret_sq>[^'\n]*+)'|(?P<secret>[^\s"'`;&|]++))"""
+)
+_ENV_KEY_RE = re.compile(
+    r"(?i).*(?:passw(?:or)?d|passphrase|pass|pwd|secret|token|credentials?|"
+    r"(?:api|access|secret|private|client)_?key)(?:_[0-9]+)?"
+)
+
+
+def _env_command_ok(m: re.Match[str], value: str, text: str) -> bool:
+    if not _ENV_KEY_RE.fullmatch(m.group("key")):
+        return False
+    return not is_placeholder(value) and not _is_path_or_url(value)
+
+
+_PASSWORD_ANCHORS = ("pass", "pw")
+_SECRET_ANCHORS = ("key", "secret", "token", "credential", "auth")
+_P = fake("b62", 32)
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "password-assignment",
+        "password assignment",
+        'key = value / key: value / "key": "value" in any syntax where the key names a '
+        "password (password, passwd, pwd, pass, passphrase); any literal value",
+        _PASSWORD_ANCHORS,
+        _KV_RE,
+        _kv_ok,
+        (
+            "password=«hunter2»",
+            '"password": "«hunter2»"',
+            "DB_PASSWORD=«Sup3rExampleS3cret!»",
+            "<?php $dbPassword .= '«s3cr3t-pw»';",
+            "DB_PASSWORD ?= «hunter22»",
+            "ROOT_PASSWORD :::= «hunter22»",
+            'System.setProperty("DB_PASSWORD", "«hunter22»");',
+            "define('DB_PASSWORD', '«wp-s3cret»');",
+            "Server=db;User Id=sa;Password=«Pa55word!»;Encrypt=True",
+            "spring.datasource.password=«hunter22»",
+            'val dbPassword: String = "«hunter22»"',
+            ":password => '«hunter22»'",
+        ),
+        (
+            "password=",
+            "password: ${DB_PASSWORD}",
+            'password = os.getenv("DB_PASSWORD")',
+            "password = make_password(raw)",
+            "def check_password(self, raw_password: str) -> bool:",
+            "The password: must be at least 12 characters.",
+            "bypass_cache = True",
+            'choices = [("password", "Password")]',
+            'label = _("Password")',
+            "password: SecretStr",
+            "DB_PASSWORD=your-db-password-here",
+        ),
+    ),
+    Rule(
+        "secret-assignment",
+        "secret or token assignment",
+        'key = value / key: value / "key": "value" in any syntax where the key names a '
+        "secret, token, API key or credential(s) (any literal value) or auth (a value "
+        "that looks generated)",
+        _SECRET_ANCHORS,
+        _KV_RE,
+        _kv_ok,
+        (
+            "token=«hunter2»",
+            'api_key: "«mykey»"',
+            "secret: «12345678»",
+            "export GITHUB_TOKEN=«mytok3n»",
+            "token: «xxxxxxxxRealTok3n99»",
+            'var xToken string = "«' + _P + '»"',
+            'const apiToken: string = "«' + _P + '»";',
+            'System.setProperty("X_TOKEN", "«' + _P + '»");',
+            "X_TOKEN ::= «" + _P + "»",
+            '$xToken .= "«' + _P + '»";',
+            "client_secret = '«" + _P + "»'",
+            'ENV["API_TOKEN"] = "«' + _P + '»"',
+            'api_token <- "«' + _P + '»"',
+            '{"auths": {"r.example.com": {"auth": "«' + fake("b64", 40) + '»"}}}',
+        ),
+        (
+            "token = os.environ['TOKEN']",
+            "SECRET_KEY = settings.SECRET_KEY",
+            "token = get_token()",
+            "token: ${{ secrets.GITHUB_TOKEN }}",
+            'api_key = "<your-key>"',
+            "api_key: null",
+            "api_key: '***'",
+            "max_tokens=4096",
+            "auth: oauth2",
+            "credentials: include,",
+            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/db-AbCdEf",
+            "sort_key: created_at",
+            "api_key: str | None = None",
+            'fields = ("api_key", "API key")',
+        ),
+    ),
+    Rule(
+        "xml-element",
+        "secret in an XML element",
+        "<password>…</password>, <apiToken>…</apiToken>, <db:secret><![CDATA[…]]></db:secret>",
+        _PASSWORD_ANCHORS + _SECRET_ANCHORS,
+        _XML_ELEMENT_RE,
+        _xml_element_ok,
+        (
+            "<password>«hunter22»</password>",
+            "<server><id>r</id><username>ci</username><password>«s3cret!»</password></server>",
+            "<apiToken>«" + _P + "»</apiToken>",
+            "<db:secret><![CDATA[«" + _P + "»]]></db:secret>",
+        ),
+        (
+            "<password>${env.DB_PASSWORD}</password>",
+            "<label>Password</label>",
+            "<title>Reset your password</title>",
+            '<input type="password" name="password">',
+            "<password></password>",
+            "<apiToken>{{ token }}</apiToken>",
+        ),
+    ),
+    Rule(
+        "xml-config-entry",
+        "secret in a config entry",
+        '.NET / NuGet / Spring XML entries: <add key="ClearTextPassword" value="…"/>, '
+        '<property name="password" value="…"/>, <entry key="db.password">…</entry>',
+        _PASSWORD_ANCHORS + _SECRET_ANCHORS,
+        _XML_ENTRY_RE,
+        _xml_entry_ok,
+        (
+            '<add key="ClearTextPassword" value="«hunter22»" />',
+            '<add key="ApiToken" value="«' + _P + '»"/>',
+            '<property name="password" value="«s3cret!»"/>',
+            '<entry key="db.password">«hunter22»</entry>',
+        ),
+        (
+            '<add key="ClearTextPassword" value="%NUGET_PASSWORD%" />',
+            '<add key="Password" value="" />',
+            '<property name="password" value="${db.password}"/>',
+        ),
+    ),
+    Rule(
+        "cli-flag",
+        "password or token flag",
+        "--password VALUE, --password=VALUE, --api-key, --token, --client-secret, ... flags",
+        ("--",),
+        _FLAG_RE,
+        _flag_ok,
+        (
+            "mysql --user=app --password=«hunter22» app",
+            "gh auth login --with-token --token «" + _P + "»",
+            "vault login --client-secret '«s3cret!»'",
+            "vault write auth/approle/login --secret-id=«" + fake("hex", 36) + "»",
+            "helm repo add r https://r --username u --password «pA55»",
+        ),
+        (
+            "echo $CR_PAT | docker login ghcr.io -u USERNAME --password-stdin",
+            "docker login --password $PASSWORD",
+            "--password-file /run/secrets/pw",
+            "app --bypass cache",
+            "psql --no-password db",
+            "gh auth login --with-token < token.txt",
+            "Pass the token with --token or set GITHUB_TOKEN.",
+        ),
+    ),
+    Rule(
+        "cli-short-password",
+        "password after -p",
+        "-p/-a passwords of commands that take them: mysql -pSECRET (attached), sshpass -p, "
+        "docker/podman/helm login -p, mongosh -p, redis-cli -a, openssl -passin pass:",
+        (" -p", " -a", "\t-p"),
+        _SHORT_FLAG_RE,
+        _short_flag_ok,
+        (
+            "mysql -u root -p«hunter22» shop",
+            "mysqldump -uroot -p«s3cret!» --all-databases",
+            "sshpass -p «hunter22» ssh ci@host",
+            "docker login -u ci -p «" + _P + "» registry.example.com",
+            "redis-cli -h cache -a «s3cret» ping",
+            "openssl rsa -in k.pem -passin pass:«hunter22»",
+        ),
+        (
+            "mysql -u root -p shop",
+            "docker run -p 8080:80 nginx",
+            "mkdir -p build/dist",
+            "ls -a ~/.ssh",
+            "ssh -p 2222 host",
+            "sshpass -p $SSHPASS ssh host",
+        ),
+    ),
+    Rule(
+        "curl-user",
+        "curl user password",
+        "curl -u user:password / --user user:password",
+        (" -u", " --user"),
+        rx(
+            r"""[ \t](?:-u|--user)(?:[ \t]{1,4}|=)["']?[^\s:'"]{1,128}+:
+            (?P<secret>[^\s'"]++)"""
+        ),
+        _curl_user_ok,
+        (
+            "curl -u alice:«pA55w0rd» https://h",
+            "curl --user 'alice:«pA55w0rd»' https://h",
+        ),
+        ("curl -u $USER:$PASS https://example.com", "docker run -u 1000:1000 app"),
+    ),
+    Rule(
+        "env-command",
+        "secret in an env command",
+        "setenv KEY value (csh), set -gx KEY value (fish), ENV/ARG KEY value (Dockerfile)",
+        ("setenv", "set -", "env ", "arg "),
+        _ENV_COMMAND_RE,
+        _env_command_ok,
+        (
+            "setenv DB_PASSWORD «hunter22»",
+            "set -gx GITHUB_TOKEN «mytok3n»",
+            "ENV API_TOKEN «" + _P + "»",
+        ),
+        ("ENV DB_PASSWORD_FILE /run/secrets/db", "set -gx API_TOKEN $TOKEN", "setenv PATH /bin"),
+    ),
+)

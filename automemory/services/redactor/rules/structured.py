@@ -1,0 +1,315 @@
+"""Secrets recognised by the structure around them: PEM blocks, JWTs, URLs with a password,
+HTTP headers, .netrc, SQL, query strings, connection strings and Kubernetes Secrets."""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+from automemory.services.redactor.base import (
+    Rule,
+    fake,
+    is_placeholder,
+    looks_random,
+    not_placeholder,
+    random_not_placeholder,
+    rest_continues,
+    rx,
+    words,
+)
+
+_AUTH_SCHEMES = frozenset(
+    words(
+        "bearer basic token bot apikey api-key key digest negotiate ntlm sso-key jwt oauth "
+        "otoken hmac sharedkey dsn"
+    )
+)
+
+
+def _validate_auth(m: re.Match[str], value: str, text: str) -> bool:
+    if is_placeholder(value):
+        return False
+    if m.group("scheme") is None:
+        return value.lower() not in _AUTH_SCHEMES and looks_random(value)
+    # After a scheme any value counts ("Bearer abc"), except a word that starts prose.
+    return not (value.isalpha() and value.islower() and rest_continues(text, m.end()))
+
+
+def _validate_netrc(m: re.Match[str], value: str, text: str) -> bool:
+    lo = max(0, m.start() - 300)  # entries may span lines: look back for machine/default
+    near = any(text.find(w, lo, m.start()) != -1 for w in ("machine", "default"))
+    return near and not is_placeholder(value)
+
+
+def _aws_secret_ok(m: re.Match[str], value: str, text: str) -> bool:
+    return not is_placeholder(value) and not value.lower().endswith("examplekey")
+
+
+# --- Kubernetes Secret manifests -----------------------------------------------------------
+
+_K8S_WINDOW = 4000
+_SECRET_KIND_RE = re.compile(r"""["']?kind["']?[ \t]*:[ \t]*["']?Secret\b""")
+_YAML_ENTRY_RE = re.compile(r"[ \t]+[\"']?[A-Za-z0-9_.-]+[\"']?:[ \t]*(?P<v>[^\n]*)")
+_JSON_ENTRY_RE = re.compile(r'"[A-Za-z0-9_.-]+"[ \t]*:[ \t]*"(?P<v>[^"\\\n]*)"')
+# (text, positions of kind: Secret, positions of ---) for the text scanned last
+_kind_cache: list[tuple[str, tuple[int, ...], tuple[int, ...]] | None] = [None]
+
+
+def _secret_kind_near(text: str, start: int) -> bool:
+    """``kind: Secret`` in the same YAML document (no ``---`` between), near ``start``.
+
+    The positions of every ``kind: Secret`` and ``---`` are found once per text (one
+    linear pass), so many ``data:`` blocks cost a bisect each.
+    """
+    cached = _kind_cache[0]
+    if cached is None or cached[0] is not text:
+        kinds = tuple(m.start() for m in _SECRET_KIND_RE.finditer(text))
+        seps = tuple(m.start() for m in re.finditer(r"(?m)^---", text)) if kinds else ()
+        cached = _kind_cache[0] = (text, kinds, seps)
+    _text, kinds, seps = cached
+    i = bisect.bisect_left(kinds, start - _K8S_WINDOW)
+    while i < len(kinds) and kinds[i] <= start + _K8S_WINDOW:
+        lo, hi = sorted((kinds[i], start))
+        j = bisect.bisect_left(seps, lo)
+        if j == len(seps) or seps[j] > hi:
+            return True
+        i += 1
+    return False
+
+
+def _k8s_spans(m: re.Match[str], text: str) -> list[tuple[int, int]]:
+    """The value of every entry of a Secret's data/stringData block."""
+    is_json = m.group("json") is not None
+    group = "jblock" if is_json else "block"
+    block, start = m.group(group), m.start(group)
+    if not block or not _secret_kind_near(text, m.start()):
+        return []
+    spans = []
+    indent = None
+    for em in (_JSON_ENTRY_RE if is_json else _YAML_ENTRY_RE).finditer(block):
+        if not is_json:
+            # entries of this block only: at a line start, same indentation
+            if em.start() and block[em.start() - 1] != "\n":
+                continue
+            lead = len(em.group(0)) - len(em.group(0).lstrip(" \t"))
+            if indent is None:
+                indent = lead
+            elif lead != indent:
+                break
+        raw = em.group("v")
+        v = raw.strip().strip("\"'")
+        if not v or v in ("|", ">", "|-", ">-") or is_placeholder(v):
+            continue
+        vs = start + em.start("v") + raw.find(v)
+        spans.append((vs, vs + len(v)))
+    return spans
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "private-key",
+        "private key",
+        "PEM private-key block (RSA, EC, DSA, OPENSSH, PGP, PKCS#8, encrypted), also "
+        "JSON-escaped with literal \\n; an unterminated block is redacted up to its end",
+        ("-----begin",),
+        rx(
+            r"""(?P<secret>-----BEGIN[ A-Z0-9]{0,40}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----
+            (?:[A-Za-z0-9+/=\s\\:,.]|-(?!----)){16,}+
+            (?:-----END[ A-Z0-9]{0,40}PRIVATE[ ]KEY(?:[ ]BLOCK)?-----)?)"""
+        ),
+        None,
+        (
+            "key:\n«-----BEGIN RSA PRIVATE KEY-----\n"
+            + fake("b64", 64)
+            + "\n"
+            + fake("b64", 64, 1)
+            + "\n-----END RSA PRIVATE KEY-----»\ndone",
+        ),
+        ("-----BEGIN CERTIFICATE-----\n" + fake("b64", 64) + "\n-----END CERTIFICATE-----",),
+    ),
+    Rule(
+        "jwt",
+        "JSON Web Token",
+        "JSON Web Token (eyJ header . eyJ payload . signature), any length",
+        ("eyj",),
+        rx(
+            r"""(?<![A-Za-z0-9_-])(?P<secret>eyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+
+            \.[A-Za-z0-9_-]*+)"""
+        ),
+        None,
+        (
+            "Set-Cookie: session=«eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+            + fake("b62", 43)
+            + "»; Path=/",
+        ),
+        ("eyJ is how base64 JSON starts", "eyJhbGciOiJIUzI1NiJ9 alone is a header"),
+    ),
+    Rule(
+        "url-credentials",
+        "password in a URL",
+        "password in a URL's user-info: scheme://user:password@host (postgres, mysql, "
+        "mongodb+srv, redis, amqp, https, ...)",
+        ("://",),
+        rx(
+            r"""://(?P<user>[^\s:/?#@'"`<>]{0,128}+):
+            (?P<secret>[^\s/@'"`<>]{1,}+(?:@[^\s/@'"`<>]{1,}+){0,3})@
+            (?=[A-Za-z0-9\[])"""
+        ),
+        not_placeholder,
+        (
+            "DATABASE_URL=postgres://app:«pA55w0rd»@db/app",
+            "redis://:«s3cret»@cache:6379/0",
+            "https://x-access-token:«ghs_" + fake("b62", 36) + "»@github.com/o/r.git",
+        ),
+        (
+            "postgres://user:${PGPASSWORD}@db:5432/app",
+            "postgres://user:<password>@localhost/app",
+            "git clone git@github.com:org/repo.git",
+            "redis://localhost:6379/0",
+        ),
+    ),
+    Rule(
+        "authorization-header",
+        "Authorization header",
+        "Authorization / Proxy-Authorization header value (Bearer, Basic, token, ... of any "
+        "length after a scheme; a raw value must look generated)",
+        ("authorization",),
+        rx(
+            r"""authorization\\?["']?\]?[ \t]{0,5}[:=][ \t]{0,5}\\?["']?[ \t]{0,3}
+            (?:(?P<scheme>bearer|basic|token|bot|apikey|api-key|key|sso-key|jwt|oauth|otoken)
+            [ \t]{1,5})?
+            (?P<secret>[A-Za-z0-9._~+/=:-]++)""",
+            re.IGNORECASE,
+        ),
+        _validate_auth,
+        (
+            "Authorization: Bearer «abc»",
+            "Authorization: token «abc123»",
+            'curl -H "Authorization: Basic «dXNlcjpwYXNzd29yZA==»" https://h',
+            '{"Authorization": "Bearer «' + fake("b62", 40) + '»"}',
+        ),
+        (
+            "Authorization: Bearer $TOKEN",
+            "Authorization: Bearer <token>",
+            '"Authorization": f"Bearer {token}"',
+            'headers["Authorization"] = "Bearer " + token',
+            "Authorization: required for all write endpoints.",
+            "Authorization: Bearer token",
+        ),
+    ),
+    Rule(
+        "bearer-token",
+        "bearer token",
+        "Bearer <token> outside an Authorization header (16+ generated-looking characters)",
+        ("bearer",),
+        rx(r"bearer[ \t]{1,5}(?P<secret>[A-Za-z0-9._~+/-]{16,}+=*)", re.IGNORECASE),
+        random_not_placeholder,
+        ("Then send it as Bearer «" + fake("b62", 40) + "» to the endpoint.",),
+        ("Use a Bearer token in the Authorization header.", "bearer_token_expiry_seconds"),
+    ),
+    Rule(
+        "netrc",
+        ".netrc password",
+        ".netrc entries: login NAME password SECRET",
+        ("login",),
+        rx(r"""login[ \t]{1,10}[^\s]{1,256}+\s{1,20}+password[ \t]{1,10}(?P<secret>[^\s]++)"""),
+        _validate_netrc,
+        (
+            "machine api.example.com login alice password «pA55w0rd»",
+            "machine git.example.com\n  login bot\n  password «s3cr3t!»\n",
+        ),
+        ("machine learning login flow with password reset",),
+    ),
+    Rule(
+        "sql-password",
+        "SQL password",
+        "SQL: IDENTIFIED BY 'x', WITH PASSWORD 'x', PASSWORD 'x'",
+        ("identified", "password"),
+        rx(
+            r"""(?:identified[ \t]{1,5}by|password)[ \t]{1,5}'(?P<secret>[^'\n]{1,}+)'""",
+            re.IGNORECASE,
+        ),
+        not_placeholder,
+        (
+            "CREATE USER app IDENTIFIED BY '«s3cret-Pw»';",
+            "ALTER ROLE app WITH PASSWORD '«hunter22»';",
+        ),
+        ("ALTER ROLE app WITH PASSWORD '';", "CREATE USER app IDENTIFIED BY '${PW}';"),
+    ),
+    Rule(
+        "query-secret",
+        "secret in a URL query",
+        "secrets in URL query strings: ?sig=, ?signature=, ?X-Amz-Signature=, ?key=",
+        ("sig=", "signature=", "key=", "x-amz-signature=", "x-goog-signature=", "code_verifier="),
+        rx(
+            r"""(?<=[?&;])(?:sig|signature|x-amz-signature|x-goog-signature|key|code_verifier)
+            =(?P<secret>[^\s&#"'<>]{8,}+)""",
+            re.IGNORECASE,
+        ),
+        random_not_placeholder,
+        ("https://h/f?sv=2022&sig=«" + fake("b62", 32) + "»",),
+        ("https://example.com/search?q=token+rotation&key=name",),
+    ),
+    Rule(
+        "azure-storage-key",
+        "Azure connection string key",
+        "Azure storage / Service Bus / Event Hub connection strings: AccountKey=, SharedAccessKey=",
+        ("accountkey=", "sharedaccesskey="),
+        rx(r"""(?:AccountKey|SharedAccessKey)=(?P<secret>[A-Za-z0-9+/]{20,}+={0,2})""", re.I),
+        not_placeholder,
+        (
+            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=«"
+            + fake("b64", 86)
+            + "==»;E=x",
+        ),
+        ("SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=<key>",),
+    ),
+    Rule(
+        "aws-secret-key",
+        "AWS secret access key",
+        "AWS secret access key (40 base64 chars) next to an aws…secret keyword",
+        ("aws",),
+        rx(
+            r"""aws[A-Za-z0-9_.-]{0,30}?(?:secret|sk)[A-Za-z0-9_.-]{0,30}+\\?["']?
+            [ \t]{0,4}(?:=|:|=>)[ \t]{0,4}\\?["']?(?P<secret>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])""",
+            re.IGNORECASE,
+        ),
+        _aws_secret_ok,
+        ("aws_secret_access_key = «" + fake("b64", 40) + "»",),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "# aws_secret_access_key is read from the environment",
+        ),
+    ),
+    Rule(
+        "kubernetes-secret",
+        "Kubernetes Secret value",
+        "every value under data: / stringData: of a Kubernetes Secret (YAML or JSON, as "
+        "kubectl get secret -o yaml|json prints it), whatever the key is called",
+        ("data:", 'data":'),
+        rx(
+            r"""(?:(?<![A-Za-z0-9_])|(?<=string))[dD]ata
+            (?:(?P<yaml>:[ \t]*\r?\n
+                (?P<block>(?:[ \t]++[^\n]*+\n?){1,200}))
+            |(?P<json>"[ \t]*:[ \t]*\{(?P<jblock>[^{}]{0,20000}+)\}))""",
+        ),
+        None,
+        (
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\ndata:\n"
+            "  config.json: «" + fake("b64", 60) + "=»\n  db-url: «" + fake("b64", 40, 1) + "»\n",
+            "apiVersion: v1\ndata:\n  tls.key: «"
+            + fake("b64", 64)
+            + "»\nkind: Secret\nmetadata:\n  name: tls\n",
+            '{"apiVersion": "v1", "kind": "Secret", "data": {"token": "«'
+            + fake("b64", 32)
+            + '»", "ca.crt": "«'
+            + fake("b64", 48, 2)
+            + '»"}}',
+        ),
+        (
+            "apiVersion: v1\nkind: ConfigMap\ndata:\n  log_level: debug\n  region: eu-west-1\n",
+            "kind: Secret\nstringData:\n  password: ${DB_PASSWORD}\n",
+        ),
+        spans=_k8s_spans,
+    ),
+)
