@@ -103,6 +103,16 @@ def report() -> None:
 def run_scenario(label: str, database_url: str, *, tasks: int, workers: int) -> dict:
     _django(database_url, MANAGE, "migrate", "--verbosity", "0")
     _django(database_url, __file__, "_seed", str(tasks))
+    return drain(label, database_url, tasks=tasks, workers=workers)
+
+
+def drain(
+    label: str, database_url: str, *, tasks: int, workers: int, report_script: str = __file__
+) -> dict:
+    """Start `workers` `run_worker --once` processes on the queued tasks and wait for them.
+
+    Returns the figures `report_script _report` prints, with the label, counts and wall time.
+    """
     started = time.monotonic()
     procs = [
         subprocess.Popen(
@@ -132,7 +142,7 @@ def run_scenario(label: str, database_url: str, *, tasks: int, workers: int) -> 
     wall = time.monotonic() - started
     if errors:
         raise SystemExit(f"{label}: a worker failed:\n" + "\n".join(errors))
-    figures = json.loads(_django(database_url, __file__, "_report").strip().splitlines()[-1])
+    figures = json.loads(_django(database_url, report_script, "_report").strip().splitlines()[-1])
     figures.update(label=label, tasks=tasks, workers=workers, wall=wall)
     return figures
 

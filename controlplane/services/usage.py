@@ -54,16 +54,17 @@ def usage_record(
 ) -> UsageRecord:
     """Append one ledger row; add its cost to the user's month and, for a task run, the task.
 
-    All three writes are one transaction (joined to the caller's, if any), so the monthly total
-    and the task's cost never disagree with the ledger. Concurrent callers for the same user
-    and month serialise on the month's row, never lose an addition.
+    All three writes are one transaction (the caller's, if any: no savepoint, so a failure here
+    rolls the caller's writes back too), so the monthly total and the task's cost never
+    disagree with the ledger. Concurrent callers for the same user and month serialise on the
+    month's row and never lose an addition.
     """
     cost_usd = Decimal(cost_usd)
     if not cost_usd.is_finite() or cost_usd < 0:
         raise DomainError("A cost must be a finite amount >= 0.", field="cost_usd")
     if kind not in UsageKind.values:
         raise DomainError(f"Unknown usage kind {kind!r}.", field="kind")
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         record = UsageRecord.objects.create(
             user_id=user_id,
             task_id=task_id,

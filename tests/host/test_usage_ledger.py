@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.apps import apps as django_apps
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from controlplane.errors import DomainError
@@ -110,8 +110,8 @@ class TestRecording:
     def test_a_failing_insert_rolls_the_month_and_task_back(self, project, alice, task_factory):
         task = task_factory(project, alice)
 
-        with pytest.raises(Exception):  # noqa: B017 - the database refuses the negative count
-            run(task, "1", input_tokens=-5)
+        with pytest.raises(IntegrityError), transaction.atomic():
+            run(task, "1", input_tokens=-5)  # the database refuses a negative count
 
         assert not MonthlySpend.objects.exists()
         task.refresh_from_db()
@@ -125,8 +125,6 @@ class TestRecording:
             record.save()
 
     def test_the_database_refuses_a_negative_cost(self, project, alice, task_factory):
-        from django.db import IntegrityError, transaction
-
         task = task_factory(project, alice)
         with pytest.raises(IntegrityError), transaction.atomic():
             UsageRecord.objects.create(

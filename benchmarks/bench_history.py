@@ -1,0 +1,394 @@
+#!/usr/bin/env python
+"""Costs that must not grow with a user's history: worker throughput, the quota gate, the
+worker's quota refusal (and the per-user memory sweep), at growing history.
+
+Prints, for SQLite (a throwaway file) and, with --postgres, for PostgreSQL (throwaway
+databases next to the one named, dropped at the end):
+
+1. worker throughput: `manage.py run_worker --once --executor echo` (one real worker process,
+   as in bench_worker.py) draining N queued tasks of a user who has 0, then H completed tasks
+   (each with its usage ledger row) this month; tasks per second (processing window, from the
+   task rows) and the ratio (target >= 0.9); plus the queries one task costs, counted in
+   process over the same steps (claim, quota, inject, execute, finish);
+2. the quota gate at 0, 10,000 and 100,000 completed tasks (and ledger rows) of history this
+   month: `quota_statuses_get(user_ids=[...], now=...)` as the memory sweep calls it, and the
+   worker's `task_quota_refusal` for a user with a limit and for an unlimited one; median
+   milliseconds, queries, and the growth from no history to the most (target <= 1.5);
+3. the per-user memory sweep at the same history sizes (section 3 below).
+
+    python benchmarks/bench_history.py                 # SQLite only
+    python benchmarks/bench_history.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    python benchmarks/bench_history.py --tasks 1000 --history 50000 --gate-sizes 0,10000,100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_worker import BASE_DIR, MANAGE, _admin, _django, _env, _with_db, drain
+
+QUEUED_PROMPT = "benchmark task"
+LIMITED_USD = "1000000000"  # a limit, so the refusal reads the spend, never reached
+REPEATS = 51
+
+
+# --- Children (run with DATABASE_URL set) ------------------------------------------------------
+
+
+def _setup_django() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    sys.path.insert(0, str(BASE_DIR))
+    import django
+
+    django.setup()
+
+
+class History:
+    """A user with a project, whose history of completed tasks grows on demand.
+
+    Each history task is completed earlier this month and has its `task_run` ledger row; the
+    user's monthly total is rebuilt to match, as `usage_record` would have left it.
+    """
+
+    def __init__(self, username: str, *, limit_usd: str | None) -> None:
+        from django.contrib.auth import get_user_model
+
+        from controlplane.models import Membership, Project, Quota, Role, Task
+
+        self.user = get_user_model().objects.create_user(username=username)
+        Quota.objects.create(
+            user=self.user, monthly_limit_usd=None if limit_usd is None else limit_usd
+        )
+        self.project = Project.objects.create(name=f"{username} project", created_by=self.user)
+        Membership.objects.create(project=self.project, user=self.user, role=Role.OWNER)
+        # What the worker checks a claimed task of this user with (only its user matters).
+        self.probe = Task(project=self.project, user=self.user, prompt="probe")
+        self.size = 0
+
+    def grow_to(self, size: int) -> None:
+        from datetime import timedelta
+        from decimal import Decimal
+
+        from django.db import transaction
+        from django.utils import timezone
+
+        from controlplane.models import Task, UsageRecord
+        from controlplane.services.quota import month_start
+        from controlplane.services.usage import monthly_spend_verify
+
+        now = timezone.now()
+        start = month_start(now)
+        count = size - self.size
+        if count <= 0:
+            return
+        for offset in range(0, count, 5000):
+            batch = min(5000, count - offset)
+            with transaction.atomic():
+                # Spread over the month so far: every one of them counts this month.
+                finished = [
+                    start + (now - start) * ((self.size + offset + i + 1) / (size + 1))
+                    for i in range(batch)
+                ]
+                tasks = Task.objects.bulk_create(
+                    [
+                        Task(
+                            project=self.project,
+                            user=self.user,
+                            prompt=f"history task {self.size + offset + i}",
+                            status="completed",
+                            started_at=when - timedelta(minutes=2),
+                            finished_at=when,
+                            result_text="done",
+                            cost_usd=Decimal("0.0125"),
+                            executor="echo",
+                        )
+                        for i, when in enumerate(finished)
+                    ],
+                    batch_size=1000,
+                )
+                UsageRecord.objects.bulk_create(
+                    [
+                        UsageRecord(
+                            user=self.user,
+                            task=task,
+                            project=self.project,
+                            turn=1,
+                            executor="echo",
+                            model="bench",
+                            input_tokens=1000,
+                            output_tokens=100,
+                            cost_usd=Decimal("0.0125"),
+                            finished_at=task.finished_at,
+                        )
+                        for task in tasks
+                    ],
+                    batch_size=1000,
+                )
+        monthly_spend_verify(fix=True, user_id=self.user.pk)
+        self.size = size
+
+
+def seed_worker(queued: int, history: int) -> None:
+    """(Child.) A limited user with `history` completed tasks this month and `queued` new ones."""
+    _setup_django()
+    from django.utils import timezone
+
+    from controlplane.models import Task
+
+    owner = History("bench", limit_usd=LIMITED_USD)
+    owner.grow_to(history)
+    now = timezone.now()
+    Task.objects.bulk_create(
+        [
+            Task(
+                project=owner.project, user=owner.user, prompt=f"{QUEUED_PROMPT} {i}", queued_at=now
+            )
+            for i in range(queued)
+        ],
+        batch_size=1000,
+    )
+
+
+def report() -> None:
+    """(Child.) The drained tasks' figures, as JSON (history tasks left out)."""
+    _setup_django()
+    from django.db.models import Count, Max, Min
+
+    from controlplane.models import Task
+    from worker.models import TaskRun
+
+    queued = Task.objects.filter(prompt__startswith=QUEUED_PROMPT)
+    runs = TaskRun.objects.aggregate(first=Min("started_at"), runs=Count("id"))
+    last = queued.aggregate(last=Max("finished_at"))["last"]
+    completed = queued.filter(status="completed").count()
+    left = queued.exclude(status="completed").count()
+    window = (last - runs["first"]).total_seconds() if runs["first"] and last else None
+    print(
+        json.dumps({"completed": completed, "left": left, "runs": runs["runs"], "window": window})
+    )
+
+
+def _median_ms(call, repeats: int = REPEATS) -> tuple[float, int]:
+    """Median milliseconds of `call()` over `repeats` runs (after one warm-up) and its queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    call()
+    with CaptureQueriesContext(connection) as queries:
+        call()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times), len(queries)
+
+
+def _worker_queries_per_task(owner: History, *, tasks: int = 20) -> float:
+    """Queries one echo task costs in a real `Worker`: claim, quota, inject, execute, finish."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from controlplane.models import Task
+    from worker.executors.echo import EchoExecutor
+    from worker.loop import Worker
+
+    Task.objects.bulk_create(
+        [
+            Task(project=owner.project, user=owner.user, prompt="probe", queued_at=timezone.now())
+            for _ in range(tasks)
+        ]
+    )
+    worker = Worker(executor=EchoExecutor(), worker_id="bench-probe", heartbeat_seconds=0)
+    done = 0
+    with CaptureQueriesContext(connection) as queries:
+        while (task := worker.claim_one()) is not None:
+            worker.run_one(task)
+            done += 1
+    return len(queries) / max(done, 1)
+
+
+def gate(sizes: list[int]) -> None:
+    """(Child.) The quota gate and the worker's refusal at each history size."""
+    _setup_django()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from controlplane.services.quota import quota_statuses_get
+    from worker.services import task_quota_refusal
+
+    call_command("migrate", verbosity=0)
+    limited = History("gate-limited", limit_usd=LIMITED_USD)
+    unlimited = History("gate-unlimited", limit_usd=None)
+    rows = []
+    for size in sizes:
+        limited.grow_to(size)
+        unlimited.grow_to(size)
+        now = timezone.now()
+        sweep = _median_ms(lambda: quota_statuses_get(user_ids=[limited.user.pk], now=now))  # noqa: B023
+        refusal = _median_ms(lambda: task_quota_refusal(task=limited.probe))
+        refusal_unlimited = _median_ms(lambda: task_quota_refusal(task=unlimited.probe))
+        per_task = _worker_queries_per_task(limited)
+        rows.append((size, sweep, refusal, refusal_unlimited, per_task))
+
+    print(f"quota gate on {connection.vendor}, median of {REPEATS} calls:")
+    print(
+        f"  {'history':>16}  {'quota_statuses_get':>22}  {'refusal (limit)':>22}"
+        f"  {'refusal (unlimited)':>22}  {'worker queries/task':>20}"
+    )
+    for size, (s_ms, s_q), (r_ms, r_q), (u_ms, u_q), per_task in rows:
+        print(
+            f"  {f'{size:,} tasks':>16}  {s_ms:9.3f} ms, {s_q:2} queries"
+            f"  {r_ms:9.3f} ms, {r_q:2} queries  {u_ms:9.3f} ms, {u_q:2} queries"
+            f"  {per_task:20.1f}"
+        )
+    first, last = rows[0], rows[-1]
+    print(
+        f"  growth 0 -> {last[0]:,}: quota_statuses_get x{last[1][0] / first[1][0]:.2f}, "
+        f"refusal (limit) x{last[2][0] / first[2][0]:.2f}, "
+        f"refusal (unlimited) x{last[3][0] / first[3][0]:.2f} (target <= 1.5); "
+        f"queries {first[1][1]}->{last[1][1]}, {first[2][1]}->{last[2][1]}, "
+        f"{first[3][1]}->{last[3][1]}"
+    )
+    per_user_sweep_section(sizes=sizes)
+
+
+# --- 3. The per-user memory sweep ------------------------------------------------------------
+# SLOT: the auto memory benchmark (benchmarks/bench_automemory.py) adds its per-user sweep
+# figures at 0 / 10k / 100k history here. Called once per database, after the quota gate,
+# in the same child process (Django set up, database migrated).
+
+
+def per_user_sweep_section(*, sizes: list[int]) -> None:
+    """The per-user sweep at each history size (see the SLOT comment above)."""
+    print("per-user sweep: not measured by this script yet (see bench_automemory.py)")
+
+
+# --- The parent ---------------------------------------------------------------------------------
+
+
+def _child(database_url: str, *args: str) -> None:
+    """Run this script in a child with `database_url`, its output going straight to ours."""
+    result = subprocess.run(
+        [sys.executable, __file__, *args], cwd=BASE_DIR, env=_env(database_url), check=False
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed (exit {result.returncode})")
+
+
+def worker_scenario(database_url: str, *, label: str, queued: int, history: int) -> dict:
+    _django(database_url, MANAGE, "migrate", "--verbosity", "0")
+    _django(database_url, __file__, "_seed_worker", str(queued), str(history))
+    figures = drain(label, database_url, tasks=queued, workers=1, report_script=__file__)
+    figures["history"] = history
+    return figures
+
+
+def print_worker(vendor: str, results: list[dict]) -> None:
+    """Each run, then the best rate per history size (the runs alternate, so a busy machine
+    slows both sizes alike) and their ratio."""
+    print(f"worker throughput on {vendor} (echo executor, 1 run_worker process):")
+    best: dict[int, float] = {}
+    for r in results:
+        rate = r["tasks"] / r["window"] if r["window"] else float("nan")
+        best[r["history"]] = max(best.get(r["history"], 0.0), rate)
+        ok = "ok" if r["completed"] == r["tasks"] and r["runs"] == r["tasks"] else "MISMATCH"
+        print(
+            f"  {r['history']:>7,} tasks this month: {rate:7.1f} task/s processing, "
+            f"{r['tasks'] / r['wall']:6.1f} task/s wall  {ok} ({r['completed']} completed)"
+        )
+    small, large = min(best), max(best)
+    print(
+        f"  best: {best[small]:.1f} task/s with {small:,}, {best[large]:.1f} task/s with "
+        f"{large:,}: ratio {best[large] / best[small]:.2f} (target >= 0.9)"
+    )
+
+
+class Databases:
+    """Throwaway databases: SQLite files in a temporary directory, or PostgreSQL databases."""
+
+    def __init__(self, pg_url: str | None) -> None:
+        self.pg_url = pg_url
+        self.tmp = tempfile.TemporaryDirectory(prefix="bench_history_")
+        self.created: list[str] = []
+
+    def new(self, name: str) -> str:
+        if self.pg_url is None:
+            return f"sqlite:///{Path(self.tmp.name) / f'{name}.sqlite3'}"
+        db = f"bench_history_{os.getpid()}_{name}"
+        with _admin(self.pg_url) as admin:
+            admin.execute(f'CREATE DATABASE "{db}"')
+        self.created.append(db)
+        return _with_db(self.pg_url, db)
+
+    def close(self) -> None:
+        if self.pg_url is not None:
+            with _admin(self.pg_url) as admin:
+                for db in self.created:
+                    admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        self.tmp.cleanup()
+
+
+def run_backend(pg_url: str | None, args) -> None:
+    vendor = "PostgreSQL" if pg_url else "SQLite"
+    databases = Databases(pg_url)
+    try:
+        if not args.skip_worker:
+            results = [
+                worker_scenario(
+                    databases.new(f"worker_{history}_{attempt}"),
+                    label=f"{vendor}, {history} history",
+                    queued=args.tasks,
+                    history=history,
+                )
+                for attempt in range(args.rounds)
+                for history in (0, args.history)
+            ]
+            print_worker(vendor, results)
+        if not args.skip_gate:
+            _child(databases.new("gate"), "_gate", ",".join(str(n) for n in args.gate_sizes))
+    finally:
+        databases.close()
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "_seed_worker":
+        return seed_worker(int(sys.argv[2]), int(sys.argv[3]))
+    if len(sys.argv) == 2 and sys.argv[1] == "_report":
+        return report()
+    if len(sys.argv) == 3 and sys.argv[1] == "_gate":
+        return gate([int(n) for n in sys.argv[2].split(",")])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=1000, help="queued tasks to drain")
+    parser.add_argument("--history", type=int, default=50_000, help="the worker's big history")
+    parser.add_argument(
+        "--gate-sizes",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[0, 10_000, 100_000],
+        help="history sizes for the quota gate, comma-separated",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="worker runs per history size")
+    parser.add_argument("--postgres", metavar="URL", help="also run on PostgreSQL (server URL)")
+    parser.add_argument("--skip-worker", action="store_true")
+    parser.add_argument("--skip-gate", action="store_true")
+    args = parser.parse_args()
+    print(f"{os.cpu_count()} CPUs")
+    run_backend(None, args)
+    if args.postgres:
+        run_backend(args.postgres, args)
+
+
+if __name__ == "__main__":
+    main()
