@@ -15,7 +15,7 @@ _WHITESPACE = re.compile(r"\s+")
 # Redact more than is kept, so a secret crossing the cut is still recognised whole.
 _REDACTION_MARGIN_CHARS = 8192
 # A long result is cleaned of injected memories a prefix at a time, starting with this much.
-_CLEAN_PREFIX_CHARS = 65536
+_CLEAN_PREFIX_CHARS = 32768
 
 
 def goal_line(task: Task) -> str:
@@ -72,7 +72,7 @@ def result_without_injected(task: Task, *, needed_chars: int | None = None) -> s
     """
     text = task.result_text or ""
     fingerprints = task_injected_fingerprints(task)
-    size = len(text) if needed_chars is None else max(needed_chars * 4, _CLEAN_PREFIX_CHARS)
+    size = len(text) if needed_chars is None else max(needed_chars * 2, _CLEAN_PREFIX_CHARS)
     while True:
         cleaned = injected_text_removed(text[:size], fingerprints=fingerprints)
         if size >= len(text) or len(cleaned) >= needed_chars:

@@ -7,16 +7,18 @@ removed, and a project memory is never written if it still holds a user-level me
 
 Texts are compared as word shingles: the words of a text (`\\w+` runs, case-folded), so quote
 markers, indentation, punctuation runs and line breaks do not matter, taken `SHINGLE_WORDS`
-at a time (a memory shorter than that is one shingle of all its words). Shingles are stored as
-keyed 64-bit hashes (key derived from `SECRET_KEY`), so the snapshot the injector writes to
-the audit log does not hold the memory's text. An agent that rewords a memory is not caught.
+at a time (a memory shorter than that is one shingle of all its words). Each word is hashed
+with a key derived from `SECRET_KEY` (BLAKE2b, 64 bits) and a shingle's hash is a polynomial
+over its words' hashes, rolled along the text in constant time per word. Only hashes are
+kept, so the snapshot the injector writes to the audit log holds no memory text. An agent
+that rewords a memory is not caught.
 """
 
 import base64
 import hashlib
 import re
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -39,6 +41,9 @@ INJECTED_EVENT = "worker_memory_injected"
 
 SHINGLE_WORDS = 5
 _HASH_BYTES = 8
+_ROLL_MOD = 1 << 64
+_ROLL_MASK = _ROLL_MOD - 1
+_ROLL_BASE = 0x100000001B3
 _WORD = re.compile(r"\w+")
 _NONCE = re.compile(r"[0-9a-f]{16}")
 # A fence marker written inside a memory (by hand, or an older block an agent echoed).
@@ -90,7 +95,7 @@ class Fingerprint:
     memory_id: int | None
     scope: str
     user_id: int | None
-    shingles: dict[int, frozenset[bytes]] = field(default_factory=dict)
+    shingles: dict[int, frozenset[int]] = field(default_factory=dict)
 
     def as_snapshot(self) -> dict:
         """JSON-safe form for the audit log: hashes only, never the text."""
@@ -99,7 +104,9 @@ class Fingerprint:
             "scope": self.scope,
             "user_id": self.user_id,
             "shingles": {
-                str(size): base64.b64encode(b"".join(sorted(hashes))).decode("ascii")
+                str(size): base64.b64encode(
+                    b"".join(value.to_bytes(_HASH_BYTES, "big") for value in sorted(hashes))
+                ).decode("ascii")
                 for size, hashes in self.shingles.items()
             },
         }
@@ -112,9 +119,31 @@ def _hash_key(secret_key: str) -> bytes:
     ).digest()
 
 
-def _shingle_hash(words: Sequence[str], key: bytes) -> bytes:
-    joined = "\x1f".join(words).encode("utf-8")
-    return hashlib.blake2b(joined, key=key, digest_size=_HASH_BYTES).digest()
+def _word_hashes(words: Sequence[str], key: bytes) -> list[int]:
+    known: dict[str, int] = {}
+    hashes = []
+    for word in words:
+        value = known.get(word)
+        if value is None:
+            digest = hashlib.blake2b(word.encode("utf-8"), key=key, digest_size=_HASH_BYTES)
+            value = known[word] = int.from_bytes(digest.digest(), "big")
+        hashes.append(value)
+    return hashes
+
+
+def _rolling_shingles(word_hashes: Sequence[int], size: int) -> Iterator[tuple[int, int]]:
+    """(start, hash) of every `size`-word shingle, in constant time per word."""
+    if len(word_hashes) < size:
+        return
+    top = pow(_ROLL_BASE, size - 1, _ROLL_MOD)
+    value = 0
+    for word in word_hashes[:size]:
+        value = (value * _ROLL_BASE + word) & _ROLL_MASK
+    yield 0, value
+    for end in range(size, len(word_hashes)):
+        value = (value - word_hashes[end - size] * top) * _ROLL_BASE + word_hashes[end]
+        value &= _ROLL_MASK
+        yield end - size + 1, value
 
 
 def words_of(text: str) -> list[str]:
@@ -123,13 +152,11 @@ def words_of(text: str) -> list[str]:
     return [match.group().casefold() for match in _WORD.finditer(text)]
 
 
-def _shingles(words: Sequence[str], key: bytes) -> tuple[int, frozenset[bytes]] | None:
+def _shingles(words: Sequence[str], key: bytes) -> tuple[int, frozenset[int]] | None:
     if not words:
         return None
     size = min(SHINGLE_WORDS, len(words))
-    return size, frozenset(
-        _shingle_hash(words[i : i + size], key) for i in range(len(words) - size + 1)
-    )
+    return size, frozenset(value for _, value in _rolling_shingles(_word_hashes(words, key), size))
 
 
 def fingerprint_text(
@@ -137,7 +164,7 @@ def fingerprint_text(
 ) -> Fingerprint:
     """The fingerprint of a memory's text as stored, as injected and as redacted."""
     key = _hash_key(settings.SECRET_KEY)
-    shingles: dict[int, set[bytes]] = {}
+    shingles: dict[int, set[int]] = {}
     for variant in {text, text_neutralised(text), redact(text)}:
         found = _shingles(words_of(variant), key)
         if found is not None:
@@ -163,7 +190,8 @@ def fingerprint_from_snapshot(snapshot: dict) -> Fingerprint | None:
         for size, packed in snapshot["shingles"].items():
             raw = base64.b64decode(packed)
             shingles[int(size)] = frozenset(
-                raw[i : i + _HASH_BYTES] for i in range(0, len(raw), _HASH_BYTES)
+                int.from_bytes(raw[i : i + _HASH_BYTES], "big")
+                for i in range(0, len(raw), _HASH_BYTES)
             )
         return Fingerprint(
             memory_id=snapshot.get("memory_id"),
@@ -184,14 +212,9 @@ def _fence_fingerprint(secret_key: str) -> Fingerprint:
 
 
 def _text_shingles(words: Sequence[str], sizes: Iterable[int], key: bytes):
-    """{size: {hash: [start positions]}} of a text, for the sizes asked."""
-    table: dict[int, dict[bytes, list[int]]] = {}
-    for size in sizes:
-        positions: dict[bytes, list[int]] = {}
-        for i in range(len(words) - size + 1):
-            positions.setdefault(_shingle_hash(words[i : i + size], key), []).append(i)
-        table[size] = positions
-    return table
+    """{size: {hashes}} of a text, for the sizes asked."""
+    word_hashes = _word_hashes(words, key)
+    return {size: {value for _, value in _rolling_shingles(word_hashes, size)} for size in sizes}
 
 
 def _mark_fences(text: str, matches: list[re.Match], words: Sequence[str], covered: bytearray):
@@ -233,13 +256,14 @@ def injected_text_removed(text: str, *, fingerprints: Sequence[Fingerprint]) -> 
     _mark_fences(text, matches, words, covered)
     key = _hash_key(settings.SECRET_KEY)
     every = [*fingerprints, _fence_fingerprint(settings.SECRET_KEY)]
-    wanted: dict[int, set[bytes]] = {}
+    wanted: dict[int, set[int]] = {}
     for fingerprint in every:
         for size, hashes in fingerprint.shingles.items():
             wanted.setdefault(size, set()).update(hashes)
-    for size, positions in _text_shingles(words, wanted, key).items():
-        for digest in positions.keys() & wanted[size]:
-            for start in positions[digest]:
+    word_hashes = _word_hashes(words, key)
+    for size, hashes in wanted.items():
+        for start, value in _rolling_shingles(word_hashes, size):
+            if value in hashes:
                 covered[start : start + size] = b"\x01" * size
     if not any(covered):
         return text
@@ -292,7 +316,7 @@ def matching_fingerprints(text: str, *, fingerprints: Sequence[Fingerprint]) -> 
     return [
         fingerprint
         for fingerprint in fingerprints
-        if any(hashes & table[size].keys() for size, hashes in fingerprint.shingles.items())
+        if any(not hashes.isdisjoint(table[size]) for size, hashes in fingerprint.shingles.items())
     ]
 
 
