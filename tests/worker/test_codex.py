@@ -473,6 +473,18 @@ def test_a_session_record_is_looked_up_only_for_a_plain_thread_id(tmp_path):
     assert session_record_read(thread_id="other", home=tmp_path) is None
 
 
+def test_a_uuid7_thread_s_record_is_found_in_its_creation_day_folder(tmp_path):
+    thread = "01a22d31-d416-7111-9d9a-790d41bbe1a2"  # created 2026-11-30T16:02:50Z
+    for day in ("2026/11/30", "2026/12/25"):
+        folder = tmp_path / "sessions" / day
+        folder.mkdir(parents=True)
+        info = {"total_token_usage": {"input_tokens": int(day[-2:])}}
+        count = {"type": "event_msg", "payload": {"type": "token_count", "info": info}}
+        (folder / f"rollout-x-{thread}.jsonl").write_text(json.dumps(count) + "\n")
+    # the creation day's record wins over any other folder's
+    assert session_record_read(thread_id=thread, home=tmp_path).total == TokenUsage(30)
+
+
 # --- Failure reasons --------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -165,11 +166,34 @@ def codex_home() -> Path:
 
 
 def session_record_path(*, thread_id: str, home: Path | None = None) -> Path | None:
-    """The CLI's rollout file of a thread (`sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`)."""
+    """The CLI's rollout file of a thread (`sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`).
+
+    Codex thread ids are UUIDv7, whose first 48 bits are the creation time in milliseconds:
+    the day folders around it are searched first, so the lookup does not list every session
+    the worker ever ran.
+    """
     if not thread_id or not THREAD_ID_PATTERN.match(thread_id):
         return None
-    matches = sorted((home or codex_home()).glob(f"sessions/*/*/*/rollout-*-{thread_id}.jsonl"))
+    sessions = (home or codex_home()) / "sessions"
+    name = f"rollout-*-{thread_id}.jsonl"
+    for day in _thread_days(thread_id):
+        matches = sorted((sessions / day).glob(name))
+        if matches:
+            return matches[-1]
+    matches = sorted(sessions.glob(f"*/*/*/{name}"))
     return matches[-1] if matches else None
+
+
+def _thread_days(thread_id: str) -> list[str]:
+    """`YYYY/MM/DD` folders a UUIDv7 thread's record may be in (any local time zone)."""
+    digits = thread_id.replace("-", "")
+    if len(digits) != 32 or digits[12] != "7":
+        return []
+    try:
+        created = datetime.fromtimestamp(int(digits[:12], 16) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return []
+    return [(created + timedelta(days=shift)).strftime("%Y/%m/%d") for shift in (0, -1, 1)]
 
 
 @dataclass(frozen=True)
