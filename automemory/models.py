@@ -144,6 +144,7 @@ MAX_ERROR_ATTEMPTS = 5
 RETRY_CONDITION = (
     Q(outcome="error") | Q(outcome="skipped", reason__in=TRANSIENT_REASONS) | Q(recheck=True)
 )
+SKIPPED_CONDITION = Q(outcome="skipped")
 
 
 class Outcome(models.TextChoices):
@@ -214,7 +215,7 @@ class AutoMemoryLog(models.Model):
             models.Index(
                 fields=["user", "last_attempt_at"],
                 name="amlog_user_skipped_idx",
-                condition=Q(outcome="skipped"),
+                condition=SKIPPED_CONDITION,
             ),
         ]
         constraints = [

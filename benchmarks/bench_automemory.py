@@ -4,10 +4,17 @@ Prints, from one run on one database:
 - the global sweep over 50 pending tasks with an empty history, then with 50,000 tasks
   already extracted or switched off: milliseconds (median) and queries, and their ratios;
 - the injection of memories into a first turn with 10 memories stored, then 20,000:
-  milliseconds (median) and queries, and their ratios.
+  milliseconds (median) and queries, and their ratios;
+- the per-user sweep (the run endpoint, `manage.py run_auto_memory`) of a user with 0, 10,000
+  and 100,000 completed tasks of history, with nothing pending and with 5 new tasks pending:
+  milliseconds (median) and queries, and the growth from no history to the most.
 
     python benchmarks/bench_automemory.py                       # a throwaway SQLite file
     python benchmarks/bench_automemory.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    python benchmarks/bench_automemory.py --user-sweep-only     # just the per-user sweep
+
+`bench_user_sweep()` prints the per-user figures on an already migrated database; other
+benchmark scripts call it too.
 
 With --postgres a throwaway database is created next to the one named and dropped at the end.
 """
@@ -28,6 +35,8 @@ HISTORY = 50_000
 PENDING = 50
 MEMORIES = 20_000
 REPEATS = 7
+USER_SWEEP_HISTORY = (0, 10_000, 100_000)
+USER_SWEEP_PENDING = 5
 
 
 def setup_database(args) -> tuple[str, callable]:
@@ -54,6 +63,9 @@ def setup_database(args) -> tuple[str, callable]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    parser.add_argument(
+        "--user-sweep-only", action="store_true", help="measure only the per-user sweep"
+    )
     args = parser.parse_args()
     url, cleanup = setup_database(args)
     os.environ["DATABASE_URL"] = url
@@ -63,17 +75,23 @@ def main() -> None:
 
     django.setup()
     try:
-        run()
+        run(user_sweep_only=args.user_sweep_only)
     finally:
         cleanup()
 
 
-def run() -> None:
+def run(*, user_sweep_only: bool = False) -> None:
     from django.core.management import call_command
     from django.db import connection
 
     call_command("migrate", verbosity=0)
     print(f"database: {connection.vendor}")
+    if not user_sweep_only:
+        run_global_and_injection()
+    bench_user_sweep()
+
+
+def run_global_and_injection() -> None:
     fixture = Fixture()
     empty = fixture.measure_sweep()
     empty_quota = fixture.measure_quota()
@@ -267,6 +285,181 @@ class Fixture:
                 for i in range(MEMORIES // 10)
             ],
             batch_size=2000,
+        )
+
+
+def bench_user_sweep(
+    *, sizes=USER_SWEEP_HISTORY, pending=USER_SWEEP_PENDING, repeats=REPEATS, prefix="bench-us"
+) -> None:
+    """Print the per-user sweep's time and queries as the user's history grows.
+
+    History is what earlier rounds leave: completed tasks two hours old, half extracted (a
+    memory and an `extracted` log row each), half stable skips (`result_too_short`), with
+    the worker's global sweep run once after each load, as it runs every round.
+    """
+    fixture = UserSweepFixture(prefix)
+    rows = []
+    for size in sizes:
+        fixture.grow_history_to(size)
+        idle = fixture.measure(pending=0, repeats=repeats)
+        busy = fixture.measure(pending=pending, repeats=repeats)
+        rows.append((size, idle, busy))
+    print(
+        f"per-user sweep (run endpoint, run_auto_memory), median of {repeats}; "
+        "total ms / of which in the database ms / queries:"
+    )
+    print(f"  {'history':>16}  {'nothing pending':>27}  {f'{pending} pending':>27}")
+    for size, idle, busy in rows:
+        print(f"  {f'{size:,} done':>16}: {_figures(idle)}  {_figures(busy)}")
+    last = rows[-1][0]
+    for label, column in (("nothing pending", 1), (f"{pending} pending", 2)):
+        (ms_a, db_a, q_a), (ms_b, db_b, q_b) = rows[0][column], rows[-1][column]
+        print(
+            f"  growth 0 -> {last:,} done, {label}: time x{ms_b / ms_a:.2f}, "
+            f"database x{db_b / db_a:.2f}, queries x{q_b / q_a:.2f}"
+        )
+
+
+def _figures(figures) -> str:
+    ms, db_ms, queries = figures
+    return f"{ms:8.2f} / {db_ms:6.2f} ms, {queries:3} q"
+
+
+class UserSweepFixture:
+    def __init__(self, prefix):
+        from django.contrib.auth import get_user_model
+
+        from automemory.models import AutoMemorySettings
+        from controlplane.models import Membership, Project
+
+        self.user = get_user_model().objects.create_user(f"{prefix}-{os.getpid()}")
+        AutoMemorySettings.objects.create(user=self.user, generate_memories=True)
+        self.project = Project.objects.create(name=f"{prefix} project", created_by=self.user)
+        Membership.objects.create(project=self.project, user=self.user, role="owner")
+        self.history = 0
+        self.serial = 0
+
+    def tasks(self, count, *, result_text=None, age=timedelta(hours=2), old=True):
+        from django.utils import timezone
+
+        from controlplane.models import Task
+
+        finished = timezone.now() - age
+        rows = []
+        for _ in range(count):
+            self.serial += 1
+            rows.append(
+                Task(
+                    project=self.project,
+                    user=self.user,
+                    prompt=f"Per-user goal {self.serial}",
+                    status="completed",
+                    started_at=finished - timedelta(minutes=5),
+                    finished_at=finished,
+                    result_text=result_text or f"Result of task {self.serial}. " * 20,
+                )
+            )
+        created = Task.objects.bulk_create(rows, batch_size=2000)
+        if not old:
+            return created
+        # Old history: last changed when it finished (bulk_create stamps `updated_at` now).
+        ids = [task.pk for task in created]
+        for start in range(0, len(ids), 5000):
+            Task.objects.filter(pk__in=ids[start : start + 5000]).update(updated_at=finished)
+        return created
+
+    def grow_history_to(self, size):
+        from django.db import connection
+        from django.utils import timezone
+
+        from automemory.models import AutoMemoryLog
+        from automemory.services.content import goal_key
+        from automemory.services.extractor import process_auto_memories
+        from controlplane.models import IdentityMemory
+
+        add = size - self.history
+        if add <= 0:
+            return
+        now = timezone.now()
+        extracted = self.tasks(add // 2)
+        memories = IdentityMemory.objects.bulk_create(
+            [
+                IdentityMemory(
+                    scope="project",
+                    project=self.project,
+                    content=task.prompt,
+                    source="auto",
+                    source_task=task,
+                    goal_key=goal_key(task),
+                    source_finished_at=task.finished_at,
+                )
+                for task in extracted
+            ],
+            batch_size=2000,
+        )
+        skipped = self.tasks(add - add // 2, result_text="short")
+        logs = [
+            AutoMemoryLog(
+                task=task,
+                user=self.user,
+                outcome="extracted",
+                reason="new",
+                memory=memory,
+                first_attempt_at=now,
+                last_attempt_at=now,
+            )
+            for task, memory in zip(extracted, memories, strict=True)
+        ] + [
+            AutoMemoryLog(
+                task=task,
+                user=self.user,
+                outcome="skipped",
+                reason="result_too_short",
+                first_attempt_at=now,
+                last_attempt_at=now,
+            )
+            for task in skipped
+        ]
+        AutoMemoryLog.objects.bulk_create(logs, batch_size=2000)
+        self.history = size
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+        process_auto_memories()  # the worker's round, as after every batch of work
+
+    def measure(self, *, pending, repeats):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from automemory.services.extractor import process_auto_memories
+
+        process_auto_memories(user=self.user)  # settle anything left from set-up
+        timings, db_timings, queries = [], [], []
+        in_database = []
+
+        def timed(execute, sql, params, many, context):
+            start = time.perf_counter()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                in_database.append(time.perf_counter() - start)
+
+        for _ in range(repeats):
+            if pending:
+                # Completed just now (`updated_at`), idle long enough (`finished_at`).
+                self.tasks(pending, old=False)
+            in_database.clear()
+            with CaptureQueriesContext(connection) as ctx, connection.execute_wrapper(timed):
+                start = time.perf_counter()
+                summary = process_auto_memories(user=self.user)
+                timings.append((time.perf_counter() - start) * 1000)
+            assert summary.extracted == pending and summary.scanned == pending, summary.as_dict()
+            queries.append(len(ctx.captured_queries))
+            db_timings.append(sum(in_database) * 1000)
+        return (
+            statistics.median(timings),
+            statistics.median(db_timings),
+            statistics.median(queries),
         )
 
 

@@ -273,7 +273,9 @@ def gate(sizes: list[int]) -> None:
 
 def per_user_sweep_section(*, sizes: list[int]) -> None:
     """The per-user sweep at each history size (see the SLOT comment above)."""
-    print("per-user sweep: not measured by this script yet (see bench_automemory.py)")
+    from bench_automemory import bench_user_sweep
+
+    bench_user_sweep(sizes=sizes)
 
 
 # --- The parent ---------------------------------------------------------------------------------

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import (
     BigIntegerField,
+    BooleanField,
     Case,
     DateTimeField,
     Exists,
@@ -37,14 +38,17 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
+from django.db.models.sql import Query
 from django.utils import timezone
 
 from automemory import conf
 from automemory.models import (
     MAX_ERROR_ATTEMPTS,
     RETRY_CONDITION,
+    SKIPPED_CONDITION,
     STABLE_REASONS,
     TRANSIENT_REASONS,
     AutoMemoryLog,
@@ -239,6 +243,22 @@ def _cursor(state: SweepState | None) -> tuple[datetime, int] | None:
     return state.cursor_updated_at, state.cursor_task_id
 
 
+def _as_index_spells_it(model, condition: Q) -> RawSQL:
+    """`condition` with its values written out, as in the partial index built from it.
+
+    SQLite uses a partial index only when the query repeats the index's predicate with the
+    same constants (a bound parameter does not match), so the reads that rely on one say it
+    this way. For single-table queries on `model`: the column names are unqualified.
+    """
+    query = Query(model=model, alias_cols=False)
+    sql, params = query.build_where(condition).as_sql(
+        query.get_compiler(connection=connection), connection
+    )
+    editor = connection.SchemaEditorClass(connection)
+    literal = sql % tuple(editor.quote_value(param) for param in params)
+    return RawSQL(literal, [], output_field=BooleanField())
+
+
 def _user_sweep_name(user_id: int) -> str:
     return f"user:{user_id}"
 
@@ -312,10 +332,9 @@ def _user_candidates(*, user, force: bool, limit: int):
     fresh_tasks = list(_fresh(completed, after=after)[:limit])
 
     logs = AutoMemoryLog.objects.filter(user=user, retracted_at__isnull=True)
-    # The retry set's partial index predicate, spelled as in the index so it is used.
-    sources = [logs.filter(RETRY_CONDITION)]
+    sources = [logs.filter(_as_index_spells_it(AutoMemoryLog, RETRY_CONDITION))]
     if force:
-        sources.append(logs.filter(outcome=Outcome.SKIPPED))
+        sources.append(logs.filter(_as_index_spells_it(AutoMemoryLog, SKIPPED_CONDITION)))
     again_ids: set[int] = set()
     for source in sources:
         again_ids |= set(
@@ -342,8 +361,7 @@ def _global_candidates(*, now: datetime, force: bool, limit: int):
     if force:
         retry = logs.exclude(outcome=Outcome.EXTRACTED)
     else:
-        # The retry set's partial index predicate, spelled as in the index so it is used.
-        retry = logs.filter(RETRY_CONDITION).exclude(
+        retry = logs.filter(_as_index_spells_it(AutoMemoryLog, RETRY_CONDITION)).exclude(
             outcome=Outcome.ERROR, attempts__gte=MAX_ERROR_ATTEMPTS
         )
         retry = retry.filter(
