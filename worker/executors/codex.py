@@ -72,8 +72,11 @@ def usage_price(*, usage: TokenUsage, model: str, prices: dict[str, Any]) -> Dec
         logger.warning("no price for codex model %r and no default price: cost counted as 0", model)
         return Decimal("0")
 
-    def rate(name: str, fallback: str = "input") -> Decimal:
-        return Decimal(str(table.get(name, table.get(fallback, 0))))
+    def rate(name: str) -> Decimal:
+        if name in table:
+            return Decimal(str(table[name]))
+        # cached input and cache writes cost the input rate unless the table says otherwise
+        return rate("input") if name in ("cached_input", "cache_write") else Decimal(0)
 
     cached = min(usage.cached_input_tokens, usage.input_tokens)
     cache_write = min(usage.cache_write_input_tokens, usage.input_tokens - cached)
@@ -82,7 +85,7 @@ def usage_price(*, usage: TokenUsage, model: str, prices: dict[str, Any]) -> Dec
         Decimal(uncached) * rate("input")
         + Decimal(cached) * rate("cached_input")
         + Decimal(cache_write) * rate("cache_write")
-        + Decimal(usage.output_tokens) * rate("output", fallback="output")
+        + Decimal(usage.output_tokens) * rate("output")
     ) / ONE_MILLION
     return cost.quantize(COST_QUANTUM)
 

@@ -296,6 +296,8 @@ def test_a_checkpoint_resume_continues_the_thread_and_bills_its_own_run(
     requests = server.model_requests()
     assert len(requests) == 3
     assert "Sessions expire after 15 minutes" in input_texts(requests[2])  # the same thread
+    # The resumed run is billed its own request. The first request was paid by the run the
+    # worker re-queued, which the worker does not record in the ledger (see docs/worker.md).
     assert task.cost_usd == cost_of(requests[2])
     assert list(TaskRun.objects.filter(task=task).values_list("outcome", flat=True)) == [
         "requeued",
