@@ -1004,7 +1004,7 @@ _CLI_SYNTAXES = [
     "./manage.py createsuperuser --password={v}",
     "terraform apply -var api_token={v}",
     "some-cli --api-key {v} --region eu",
-    "vault write auth/approle/login --secret-id={v}",
+    "vault login --auth-token={v}",
     "redis-cli -h cache -a {v} ping",
     "curl -u ci:{v} https://ci.example.com/api",
     "openssl pkcs12 -export -in c.pem -passout pass:{v} -out c.p12",

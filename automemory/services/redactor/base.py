@@ -103,10 +103,9 @@ _REFERENCE_RE = re.compile(
     | \$\{[^{}]*\}                              # ${VAR}, ${VAR:-default}
     | \$\(.*\)                                  # $(command)
     | %[A-Za-z_][A-Za-z0-9_]*%                  # %VAR%
-    | %\([A-Za-z_][A-Za-z0-9_]*\)[sdr]          # %(name)s
-    | \{\{.*\}\}                                # {{ var }}
-    | \{[A-Za-z_][A-Za-z0-9_.]*\} | \{[0-9]*\}   # {token}, {} in an f-string / format
-    | %[sdr]                                    # %s
+    | \{\{.*\}\} | \{%.*%\}                      # {{ var }}, {% tag %}
+    | (?:\{[A-Za-z0-9_.!:]*\}|%[sdr]|%\([A-Za-z_]+\)[sdr]|[:/@._ -]|\\[nrt])+
+                                                # {token}, {0}:{1}, %s:%s, {password!r}
     | <[^<>]*>                                  # <your-key>
     | ![A-Za-z][A-Za-z0-9_]*(?:[ \t].*)?        # YAML tag: !vault |, !Ref X
     | [*&][A-Za-z_][A-Za-z0-9_]*                # YAML alias / anchor
@@ -145,6 +144,7 @@ def is_masked_prefix(v: str) -> bool:
     return len(v) - len(kept) >= 3 and len(kept) <= 12
 
 
+_SCHEME_NAME_RE = re.compile(r"[A-Z]+(?:-[A-Z0-9]+)+")
 _WORD_PIECE_RE = re.compile(r"[A-Z]?[a-z]{1,100}|[A-Z]{1,100}(?![a-z])")
 
 
@@ -154,8 +154,10 @@ def looks_random(value: str) -> bool:
         return False
     has_digit = any(c.isdigit() for c in value)
     has_alpha = any(c.isalpha() for c in value)
-    if has_digit:
-        return has_alpha or len(value) >= 16
+    if has_digit:  # digits and dots only: a version or an OID (1.3.6.1.5.5.7.3.1)
+        if _SCHEME_NAME_RE.fullmatch(value):
+            return False  # CRAM-MD5, AES-256-GCM
+        return has_alpha or (len(value) >= 16 and "." not in value)
     if not has_alpha:
         return False
     # Letters only: words and CamelCase split into long pieces, random base62 into short.

@@ -60,10 +60,11 @@ _KV_RE = rx(
     (?P<sep>:::=|::=|:=|\?\?=|\|\|=|\?=|\.=|\+=|=>|<-|=(?![=~>])|:(?![:/\\])
         |,(?=[ \t]{0,4}[rRbBfFuU@]{0,2}["'`]))
     [ \t]{0,4}
-    (?:[rRbBfFuU@]{1,2}(?=["']))?               # string prefix: r"", b'', @""
+    (?P<prefix>[rRbBfFuU@]{1,2}(?=["']))?       # string prefix: r"", b'', f"", @""
     (?:
-        (?P<ref>\$\{\{[^}\n]*+\}\}|\$\{[^}\n]*+\}|\$\([^)\n]*+\)|\{\{[^}\n]*+\}\})
-            (?=[\s,;)}\]]|$)
+        (?P<ref>(?:\$\{\{[^}\n]*+\}\}|\$\{[^}\n]*+\}|\$\([^)\n]*+\)|\{\{[^}\n]*+\}\}
+            |\{[A-Za-z0-9_.!:]*+\})(?:[:/@._-]{0,3}+\$?\{[A-Za-z0-9_.!:]*+\})*+)
+            (?=[\s,;)}\]"'`]|$)
       | \\?"(?P<secret_dq>(?:[^"\\\n]|\\[^"\n])*+)\\?"
       | '(?P<secret_sq>[^'\n]*+)'
       | `(?P<secret_bq>[^`\n]*+)`
@@ -115,15 +116,64 @@ def _is_strong(key: str, core: str) -> bool:
     return core != "auth" or any(w in key for w in _STRONG_WORDS if w != "key")
 
 
-def value_ok(m: re.Match[str], value: str, text: str, *, key: str, core: str) -> bool:
+_PASSWORD_CORES = frozenset({"password", "passwd", "passphrase", "pass", "pwd", "pw"})
+_NAME_WORDS = ("passw", "passphrase", "token", "secret", "credential", "key")
+# Keys ending in token/key that name pagination cursors, idempotency ids and the like.
+_NOT_SECRET_KEY_RE = re.compile(
+    r"(?:[a-z0-9]*[_.-])?(?:next|page|nextpage|continuation|pagination|input|output|start"
+    r"|starting|change|clientrequest|client[_-]request|idempotency|request|creation|sync"
+    r"|resume|cancel|lifecycleaction|lifecycle[_-]action|lock|client|registration|sequence"
+    r"|import|work[_-]unit|copy[_-]product|purchase)[_-]?(?:token|key)"
+)
+_REGEX_HINTS = ("(?", "\\w", "\\d", "\\s", "[^", "]+", "]*", "]{")
+_NUMBER_RE = re.compile(r"-?[0-9]{1,4}")
+_COLOR_RE = re.compile(r"#(?:[0-9a-fA-F]{3,4}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})")
+
+
+def is_not_secret_key(key: str) -> bool:
+    """``next_token``, ``PageToken``, ``--idempotency-token``: a cursor or an id."""
+    return _NOT_SECRET_KEY_RE.fullmatch(key.lower().lstrip("-")) is not None
+
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _is_name(value: str, *, setter: bool) -> bool:
+    """A name that mentions a secret, not a secret: "set-password", "new_password2"."""
+    if len(value) > 48 or not _NAME_RE.fullmatch(value):
+        return False
+    low = value.lower()
+    if setter and re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", value):
+        return True  # @sensitive_post_parameters('password', 'credit_card')
+    return any(w in low for w in _NAME_WORDS) and (setter or "-" in value or "_" in value)
+
+
+def value_ok(
+    m: re.Match[str], value: str, text: str, *, key: str, core: str, setter: bool = False
+) -> bool:
     """Is ``value`` (assigned to ``key``) a literal secret rather than code or a placeholder?"""
     v = value.strip()
-    if is_placeholder(v) or _is_path_or_url(v):
+    if is_placeholder(v) or _is_path_or_url(v) or _is_name(v, setter=setter):
         return False
+    password = core in _PASSWORD_CORES or core.startswith("passw")
+    if not password and (is_not_secret_key(key) or _NUMBER_RE.fullmatch(v)):
+        return False  # next_token: "abc", token = -1
+    if _COLOR_RE.fullmatch(v) or any(hint in v for hint in _REGEX_HINTS):
+        return False  # Token: '#dcdccc' (a style), secret = r'([a-z0-9]{64})' (a pattern)
     quoted = m.group("secret") is None
     if quoted:
         if _is_label(v) or (v[0] == "_" and _IDENT_RE.fullmatch(v)):
             return False  # "Password must be…", session_key = "_messages" (a name)
+        if v.startswith("+ ") or v.endswith(" +"):
+            return False  # 'Credential=' + access_key + '…': code between two literals
+        if not password and " " in v and re.fullmatch(r"[a-z ]+", v):
+            return False  # token = "not in" (words; a passphrase is a password key)
+        prefix = m.group("prefix") if "prefix" in m.re.groupindex else None
+        if prefix and "f" in prefix.lower() and "{" in v:
+            return False  # f"share-{portfolio_id}": built at run time
+        after = text[m.end() : m.end() + 2]
+        if after[:1] == "." and after[1:2].isalpha():
+            return False  # " ...\n".join(pairs): a method call on a literal
     else:
         if len(v) < 2 or "(" in v or "[" in v:
             return False  # call or subscript: os.getenv(...), os.environ[...]
@@ -139,6 +189,8 @@ def value_ok(m: re.Match[str], value: str, text: str, *, key: str, core: str) ->
                 return False  # SecretStr, CharField
             if rest_continues(text, m.end()):
                 return False  # "Password: must be 8 characters", "x_pass = await f()"
+            if not password:
+                return False  # session[SESSION_KEY] = backend, token = Error: a name
     return _is_strong(key, core) or looks_random(v)
 
 
@@ -152,6 +204,8 @@ def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
     start = _key_start(text, pos)
     key = text[start : m.end("tail")].lower()
     sep = m.group("sep")
+    if text[max(0, start - 2) : start] == "::":
+        return False  # AWS::IAM::AccessKey, Foo::Token: a type name
     if sep == ",":
         # a setter's first argument: System.setProperty("X_TOKEN", "..."), define('PW', '..')
         if m.group("secret") is not None or not m.group("close").strip("\\]"):
@@ -168,7 +222,7 @@ def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
         and text[m.end("sep") : m.end("sep") + 1] not in (" ", "\t")
     ):
         return False  # arn:aws:...:secret:name is not a mapping (no space after the key)
-    return value_ok(m, value, text, key=key, core=core)
+    return value_ok(m, value, text, key=key, core=core, setter=sep == ",")
 
 
 # --- XML -------------------------------------------------------------------------------------
@@ -186,7 +240,8 @@ _XML_ENTRY_RE = rx(
     _KEY
     + r"""
     (?P<q>["'])
-    (?:[ \t]{1,10}value[ \t]{0,2}=[ \t]{0,2}["'](?P<secret_attr>[^"'\n]*+)["']
+    (?:[ \t]{1,10}value[ \t]{0,2}=[ \t]{0,2}
+        (?:"(?P<secret_attr>[^"\n]*+)"|'(?P<secret_attr_sq>[^'\n]*+)')
       |[ \t]{0,4}>(?P<secret>[^<\n]++)</)""",
     re.IGNORECASE,
 )
@@ -219,7 +274,7 @@ def _xml_entry_ok(m: re.Match[str], value: str, text: str) -> bool:
     if not attr.endswith(("key=", "name=")):
         return False
     v = value.strip()
-    if is_placeholder(v) or _is_label(v) or _is_path_or_url(v):
+    if is_placeholder(v) or _is_label(v) or _is_path_or_url(v) or _is_name(v, setter=False):
         return False
     return _is_strong(text[start : m.end("tail")].lower(), core) or looks_random(v)
 
@@ -230,16 +285,26 @@ _FLAG_RE = rx(
     r"""(?<![\w-])--(?!no-)
     (?P<flag>(?:[a-z0-9]{1,20}[-_]){0,4}
         (?:password|passwd|pass|passphrase|token|secret|api-key|apikey|api_key|access-key
-          |secret-key|secret-id|client-secret|auth-token|access-token))
+          |secret-key|client-secret|auth-token|access-token))
     (?:[ \t]{1,4}|=)
     (?:["'](?P<secret_q>[^"'\n]++)["']|(?P<secret>(?![-<>])[^\s"';|&<>]++))""",
     re.IGNORECASE,
 )
 
 
+_PROSE_WORDS = (" and", " or", " the", " with", " via", " use", " a", " your")
+
+
 def _flag_ok(m: re.Match[str], value: str, text: str) -> bool:
-    if value.isalpha() and value.islower() and len(value) <= 4:
-        return False  # prose: "pass it with --token or set GITHUB_TOKEN"
+    if is_not_secret_key(m.group("flag")) or _is_name(value, setter=False) or value == "\\":
+        return False  # --change-token X, --password smb-server-password
+    if "_" in value and _IDENT_RE.fullmatch(value) and value.isupper():
+        return False  # --access-token ACCESS_TOKEN
+    if value.isalpha() and value.islower():
+        rest = text[m.end() : m.end() + 40].lstrip(" \t")
+        before = text[max(0, m.start() - 8) : m.start()].rstrip().lower()
+        if len(value) <= 4 or rest[:1].isalpha() or before.endswith(_PROSE_WORDS):
+            return False  # prose: "set it with --token or …", "the --password option"
     return not is_placeholder(value)
 
 
@@ -330,6 +395,12 @@ RULES: tuple[Rule, ...] = (
             'label = _("Password")',
             "password: SecretStr",
             "DB_PASSWORD=your-db-password-here",
+            '@sensitive_variables("password1", "password2")',
+            "@sensitive_post_parameters('password', 'credit_card')",
+            'print(f"password={password!r}")',
+            "user_pass = '%s:%s' % (user, pw)",
+            'pw = " ...\\n".join(pairs) + last',
+            'self.validate_passwords("new_password1", "new_password2")',
         ),
     ),
     Rule(
@@ -372,6 +443,25 @@ RULES: tuple[Rule, ...] = (
             "sort_key: created_at",
             "api_key: str | None = None",
             'fields = ("api_key", "API key")',
+            'migrations = [("auth", "0002_alter_permission_name_max_length")]',
+            'session_key = "_messages"',
+            "request.session[BACKEND_SESSION_KEY] = backend",
+            'reset_url_token = "set-password"',
+            'token = "not in"',
+            "credentials = '{0}:{1}'.format(user, passwd).encode()",
+            "f'Credential={key}/{scope}, '",
+            "+ 'Credential=' + access_key + '/' + scope",
+            'serverAuth = "1.3.6.1.5.5.7.3.1"',
+            '"input_token": "NextToken",',
+            '{"nextToken": "1", "ChangeToken": "abcd12f2-46da-4fdb-b8d5-fbd4c466928f"}',
+            "token = Error",
+            "token = -1",
+            "Token: '#dcdccc',",
+            "jsonnet_token = r'[^\\W\\d]\\w*'",
+            'portfolio_share_token = f"share-{portfolio_id}-{org_type}"',
+            "ACCESS_KEY = 'aws_access_key_id'",
+            "capabilities = 'LOGINDISABLED AUTH=CRAM-MD5'",
+            '"AWS::IAM::AccessKey": "72c2d9dd90025459",',
         ),
     ),
     Rule(
@@ -414,6 +504,7 @@ RULES: tuple[Rule, ...] = (
             '<add key="ClearTextPassword" value="%NUGET_PASSWORD%" />',
             '<add key="Password" value="" />',
             '<property name="password" value="${db.password}"/>',
+            '<input type="submit" name="set-password" value="{% translate \'Set it\' %}">',
         ),
     ),
     Rule(
@@ -427,7 +518,7 @@ RULES: tuple[Rule, ...] = (
             "mysql --user=app --password=«hunter22» app",
             "gh auth login --with-token --token «" + _P + "»",
             "vault login --client-secret '«s3cret!»'",
-            "vault write auth/approle/login --secret-id=«" + fake("hex", 36) + "»",
+            "vault login --auth-token=«" + fake("hex", 36) + "»",
             "helm repo add r https://r --username u --password «pA55»",
         ),
         (
@@ -438,6 +529,14 @@ RULES: tuple[Rule, ...] = (
             "psql --no-password db",
             "gh auth login --with-token < token.txt",
             "Pass the token with --token or set GITHUB_TOKEN.",
+            "# but --password suffers from the same problem",
+            "can be provided via the --username and --password options",
+            "aws secretsmanager get-secret-value --secret-id MyTestSecret",
+            "aws waf update-ip-set --change-token 12cs345-67cd-890b-1cd2-c3a4567d89f1",
+            "aws acm request-certificate --idempotency-token 91adc45q",
+            "aws wafv2 delete-ip-set --lock-token 46851772-db6f-459d-9385-49428812e357",
+            "aws cognito-idp delete-user --access-token ACCESS_TOKEN",
+            "aws datasync update-location-smb --password smb-file-server-password",
         ),
     ),
     Rule(

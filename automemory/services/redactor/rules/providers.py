@@ -222,7 +222,7 @@ RULES: tuple[Rule, ...] = (
         "openai-key",
         "OpenAI-style API key",
         ("sk-",),
-        r"sk-",
+        r"sk-(?!ssh-|ecdsa-)",
         r"[A-Za-z0-9_-]{3,}+",
         full_length=20,
         description="sk- keys of any length (OpenAI sk-, sk-proj-, sk-svcacct-, sk-admin-; "
@@ -234,6 +234,7 @@ RULES: tuple[Rule, ...] = (
         ),
         false_positives=(
             "scikit-learn==1.5.0  sk-learn alias",
+            '_SK_SSH_ED25519 = b"sk-ssh-ed25519@openssh.com"',
             "OPENAI_API_KEY=sk-...",
             "risk-free",
         ),

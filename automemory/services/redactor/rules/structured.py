@@ -26,10 +26,15 @@ _AUTH_SCHEMES = frozenset(
 )
 
 
+_SNAKE_RE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+
+
 def _validate_auth(m: re.Match[str], value: str, text: str) -> bool:
     if is_placeholder(value):
         return False
     if m.group("scheme") is None:
+        if text[m.end() : m.end() + 1] in ("(", ".") or _SNAKE_RE.fullmatch(value):
+            return False  # a call or a variable: base64.decodebytes(x), v4auth_header
         return value.lower() not in _AUTH_SCHEMES and looks_random(value)
     # After a scheme any value counts ("Bearer abc"), except a word that starts prose.
     return not (value.isalpha() and value.islower() and rest_continues(text, m.end()))
@@ -39,6 +44,12 @@ def _validate_netrc(m: re.Match[str], value: str, text: str) -> bool:
     lo = max(0, m.start() - 300)  # entries may span lines: look back for machine/default
     near = any(text.find(w, lo, m.start()) != -1 for w in ("machine", "default"))
     return near and not is_placeholder(value)
+
+
+def _sql_ok(m: re.Match[str], value: str, text: str) -> bool:
+    """Only in a statement about a user or role: "a library identified by 'name'" is prose."""
+    before = text[max(0, m.start() - 200) : m.start()].lower()
+    return ("user" in before or "role" in before) and not is_placeholder(value)
 
 
 def _aws_secret_ok(m: re.Match[str], value: str, text: str) -> bool:
@@ -195,6 +206,8 @@ RULES: tuple[Rule, ...] = (
             'headers["Authorization"] = "Bearer " + token',
             "Authorization: required for all write endpoints.",
             "Authorization: Bearer token",
+            "headers = {'x-amz-date': timestamp, 'Authorization': v4auth_header}",
+            "authorization = base64.decodebytes(authorization)",
         ),
     ),
     Rule(
@@ -229,12 +242,16 @@ RULES: tuple[Rule, ...] = (
             r"""(?:identified[ \t]{1,5}by|password)[ \t]{1,5}'(?P<secret>[^'\n]{1,}+)'""",
             re.IGNORECASE,
         ),
-        not_placeholder,
+        _sql_ok,
         (
             "CREATE USER app IDENTIFIED BY '«s3cret-Pw»';",
             "ALTER ROLE app WITH PASSWORD '«hunter22»';",
         ),
-        ("ALTER ROLE app WITH PASSWORD '';", "CREATE USER app IDENTIFIED BY '${PW}';"),
+        (
+            "ALTER ROLE app WITH PASSWORD '';",
+            "CREATE USER app IDENTIFIED BY '${PW}';",
+            "Load a dynamic library identified by 'name'.",
+        ),
     ),
     Rule(
         "query-secret",
