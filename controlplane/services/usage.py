@@ -3,8 +3,8 @@
 Every ledger row is written by `usage_record`, which in the same transaction adds its cost to
 the user's total for the UTC month it finished in (one atomic upsert) and, for a task run, to
 the task's `cost_usd`. So a month's spend is one row read, and a task's cost is the sum of
-its runs, however long the history. `monthly_spend_verify` recomputes the totals from the
-ledger and reports (or repairs) any drift.
+its runs, however long the history. `monthly_spend_verify` and `task_cost_verify` recompute
+both from the ledger and report (or repair) any drift.
 """
 
 from __future__ import annotations
@@ -222,3 +222,47 @@ def _monthly_spend_rewrite(*, user_id: int, month: date) -> None:
         MonthlySpend.objects.filter(pk=row.pk).update(
             total_usd=ledger["total"], entries=ledger["entries"], updated_at=timezone.now()
         )
+
+
+@dataclass(frozen=True)
+class TaskCostDrift:
+    """A task whose `cost_usd` is not the sum of its `task_run` ledger rows."""
+
+    task_id: int
+    stored_usd: Decimal
+    ledger_usd: Decimal
+
+    def __str__(self) -> str:
+        return f"task {self.task_id}: cost ${self.stored_usd}, its runs ${self.ledger_usd}"
+
+
+def task_cost_verify(*, fix: bool = False, user_id: int | None = None) -> list[TaskCostDrift]:
+    """Compare every task's `cost_usd` with the sum of its runs in the ledger; with `fix`, set
+    it to that sum under the task's row lock. An offline check, like `monthly_spend_verify`."""
+    runs = UsageRecord.objects.filter(kind=UsageKind.TASK_RUN, task__isnull=False)
+    tasks = Task.objects.all()
+    if user_id is not None:
+        runs = runs.filter(user_id=user_id)
+        tasks = tasks.filter(user_id=user_id)
+    ledger: dict[int, Decimal] = {}
+    for task_id, cost in (
+        runs.order_by("task_id").values_list("task_id", "cost_usd").iterator(chunk_size=5000)
+    ):
+        ledger[task_id] = ledger.get(task_id, Decimal("0")) + cost
+    drifts = [
+        TaskCostDrift(task_id=task_id, stored_usd=cost, ledger_usd=ledger.get(task_id, Decimal(0)))
+        for task_id, cost in tasks.order_by("id")
+        .values_list("id", "cost_usd")
+        .iterator(chunk_size=5000)
+        if cost != ledger.get(task_id, Decimal("0"))
+    ]
+    if fix:
+        for drift in drifts:
+            with transaction.atomic():
+                # Lock the task: a run being recorded now adds its cost after our sum.
+                list(Task.objects.select_for_update().filter(pk=drift.task_id).values("id"))
+                total = UsageRecord.objects.filter(
+                    task_id=drift.task_id, kind=UsageKind.TASK_RUN
+                ).aggregate(total=Sum("cost_usd"))["total"]
+                Task.objects.filter(pk=drift.task_id).update(cost_usd=total or Decimal("0"))
+    return drifts

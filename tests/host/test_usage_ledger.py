@@ -15,7 +15,7 @@ from django.utils import timezone
 from controlplane.errors import DomainError
 from controlplane.models import MonthlySpend, Task, TaskStatus, UsageRecord
 from controlplane.services.quota import quota_status_get
-from controlplane.services.usage import monthly_spend_verify, usage_record
+from controlplane.services.usage import monthly_spend_verify, task_cost_verify, usage_record
 
 from .helpers import row_counts
 
@@ -147,7 +147,7 @@ class TestSpendCheck:
     def test_consistent_totals_report_nothing(self, history, capsys):
         assert monthly_spend_verify() == []
         call_command("spend_check")
-        assert "matches the usage ledger" in capsys.readouterr().out
+        assert "Monthly spend and task costs match the usage ledger." in capsys.readouterr().out
 
     def test_a_tampered_total_is_detected_then_fixed_by_the_command(self, history, alice, capsys):
         MonthlySpend.objects.filter(user=alice, month=date(2026, 4, 1)).update(
@@ -162,9 +162,32 @@ class TestSpendCheck:
 
         call_command("spend_check", "--fix")
 
-        assert "Fixed 1 monthly total" in capsys.readouterr().out
+        assert "Fixed 1 total(s) from the ledger." in capsys.readouterr().out
         assert months_of(alice)[date(2026, 4, 1)] == (Decimal("2.25"), 1)
         assert monthly_spend_verify() == []
+
+    def test_a_tampered_task_cost_is_detected_then_fixed(self, history, capsys):
+        Task.objects.filter(pk=history.pk).update(cost_usd=Decimal("100"))
+
+        with pytest.raises(CommandError):
+            call_command("spend_check")
+        assert f"drift: task {history.pk}: cost $100.000000, its runs $3.75" in (
+            capsys.readouterr().out
+        )
+        call_command("spend_check", "--fix")
+
+        history.refresh_from_db()
+        assert history.cost_usd == Decimal("3.75")
+        assert task_cost_verify() == []
+
+    def test_a_task_cost_without_runs_is_drift(self, project, alice, task_factory):
+        task = task_factory(project, alice, cost_usd=Decimal("2"))
+
+        [drift] = task_cost_verify(fix=True)
+
+        assert (drift.task_id, drift.stored_usd, drift.ledger_usd) == (task.pk, 2, 0)
+        task.refresh_from_db()
+        assert task.cost_usd == 0
 
     def test_a_wrong_entry_count_is_drift_too(self, history, alice):
         MonthlySpend.objects.filter(user=alice, month=date(2026, 3, 1)).update(entries=7)
@@ -261,6 +284,7 @@ class TestCarryOver:
         }
         assert months_of(bob) == {date(2026, 4, 1): (Decimal("0"), 1)}
         assert monthly_spend_verify() == []
+        assert task_cost_verify() == []
 
     def test_carried_costs_count_in_the_month_the_task_finished(
         self, carry_over, project, alice, task_factory

@@ -1,15 +1,16 @@
-"""`manage.py spend_check [--fix] [--user USERNAME]`: monthly spend totals against the ledger."""
+"""`manage.py spend_check [--fix] [--user USERNAME]`: monthly spend totals and task costs
+against the usage ledger."""
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from controlplane.services.usage import monthly_spend_verify
+from controlplane.services.usage import monthly_spend_verify, task_cost_verify
 
 
 class Command(BaseCommand):
     help = (
-        "Recompute each user's monthly spend from the usage ledger and report the months whose "
-        "stored total drifted; --fix rewrites them. Exits 1 when drift is found and not fixed."
+        "Recompute each user's monthly spend and each task's cost from the usage ledger and "
+        "report what drifted; --fix rewrites it. Exits 1 when drift is found and not fixed."
     )
 
     def add_arguments(self, parser):
@@ -23,15 +24,17 @@ class Command(BaseCommand):
             if found is None:
                 raise CommandError(f"No user {user!r}.")
             user_id = found.pk
-        drifts = monthly_spend_verify(fix=fix, user_id=user_id)
+        drifts = [
+            *monthly_spend_verify(fix=fix, user_id=user_id),
+            *task_cost_verify(fix=fix, user_id=user_id),
+        ]
         for drift in drifts:
             self.stdout.write(f"drift: {drift}")
         if not drifts:
-            self.stdout.write("Monthly spend matches the usage ledger.")
+            self.stdout.write("Monthly spend and task costs match the usage ledger.")
         elif fix:
-            self.stdout.write(f"Fixed {len(drifts)} monthly total(s) from the ledger.")
+            self.stdout.write(f"Fixed {len(drifts)} total(s) from the ledger.")
         else:
             raise CommandError(
-                f"{len(drifts)} monthly total(s) differ from the ledger; run with --fix.",
-                returncode=1,
+                f"{len(drifts)} total(s) differ from the ledger; run with --fix.", returncode=1
             )
