@@ -61,10 +61,10 @@ from automemory.models import (
 from automemory.services.content import goal_key, render_memory_content
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import (
-    Fingerprint,
+    PrivateTexts,
     injected_text_removed,
     matching_fingerprints,
-    private_fingerprints_for,
+    private_texts_for,
 )
 from automemory.services.redactor import redact
 from controlplane.models import (
@@ -613,9 +613,9 @@ class _PrivateContent(Exception):
 
 
 def _extract_all(tasks: list[Task], *, verdicts: dict[int, _Verdict], summary: SweepSummary):
-    private_by_task = private_fingerprints_for(tasks)
+    private_by_task = private_texts_for(tasks)
     for task in tasks:
-        private = private_by_task.get(task.pk, [])
+        private = private_by_task.get(task.pk) or PrivateTexts()
         try:
             memory, superseded_count, replaced_older = _extract_one(task, private=private)
         except _PrivateContent as exc:
@@ -632,7 +632,7 @@ def _extract_all(tasks: list[Task], *, verdicts: dict[int, _Verdict], summary: S
         except Exception as exc:
             logger.exception("auto memory: extracting task %s failed", task.pk)
             detail = redact(f"{type(exc).__name__}: {exc}")
-            detail = injected_text_removed(detail, fingerprints=private)[:1000]
+            detail = injected_text_removed(detail, fingerprints=private.fingerprints)[:1000]
             verdicts[task.pk] = _Verdict(Outcome.ERROR, Reason.ERROR, detail)
             continue
         summary.extracted += 1
@@ -642,7 +642,7 @@ def _extract_all(tasks: list[Task], *, verdicts: dict[int, _Verdict], summary: S
 
 
 def _extract_one(
-    task: Task, attempts: int = 3, *, private: list[Fingerprint] | tuple = ()
+    task: Task, attempts: int = 3, *, private: PrivateTexts | None = None
 ) -> tuple[IdentityMemory, int, bool]:
     """Write the task's memory and settle which memory of its goal stays active.
 
@@ -653,8 +653,14 @@ def _extract_one(
     in an IntegrityError from one of the two unique constraints: losing the one-per-task
     race means the work is done; losing the one-active-per-goal race means try again.
     """
+    private = private or PrivateTexts()
+    if private.unverifiable:
+        raise _PrivateContent(
+            f"{private.unverifiable} of the memories injected into the task are gone and "
+            "their text cannot be checked"
+        )
     content = render_memory_content(task)
-    leaked = matching_fingerprints(content, fingerprints=private)
+    leaked = matching_fingerprints(content, fingerprints=private.fingerprints)
     if leaked:
         count = len({fingerprint.memory_id or id(fingerprint) for fingerprint in leaked})
         raise _PrivateContent(

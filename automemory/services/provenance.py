@@ -354,13 +354,25 @@ def task_injected_fingerprints(task: Task) -> list[Fingerprint]:
     return fingerprints + _snapshots_by_task([task.pk]).get(task.pk, [])
 
 
-def private_fingerprints_for(tasks: Sequence[Task]) -> dict[int, list[Fingerprint]]:
+@dataclass(frozen=True)
+class PrivateTexts:
+    """What one task's project memory must never hold.
+
+    `unverifiable` counts memories injected into the task that are gone and whose fingerprint
+    was never recorded (injected before fingerprints were): their text cannot be recognised.
+    """
+
+    fingerprints: list[Fingerprint] = field(default_factory=list)
+    unverifiable: int = 0
+
+
+def private_texts_for(tasks: Sequence[Task]) -> dict[int, PrivateTexts]:
     """Per task id, the user-level memories its project memory must never hold.
 
     That is every user-level memory, in any status, of the task's user and of every member of
     the task's project (a member's private text can arrive through an inter-task message),
     and the user-level memories recorded at the task's injection (deleted since, or edited).
-    Three queries for the whole batch.
+    At most four queries for the whole batch.
     """
     if not tasks:
         return {}
@@ -376,11 +388,22 @@ def private_fingerprints_for(tasks: Sequence[Task]) -> dict[int, list[Fingerprin
         "pk", "scope", "user_id", "content"
     ):
         by_user.setdefault(memory.user_id, []).append(memory_fingerprint(memory))
-    injected = _snapshots_by_task([task.pk for task in tasks if task.injected_memory_ids])
+    injected_tasks = [task for task in tasks if task.injected_memory_ids]
+    injected = _snapshots_by_task([task.pk for task in injected_tasks])
+    injected_ids = {pk for task in injected_tasks for pk in task.injected_memory_ids}
+    stored = set(
+        IdentityMemory.objects.filter(pk__in=injected_ids).values_list("pk", flat=True)
+        if injected_ids
+        else ()
+    )
     result = {}
     for task in tasks:
         owners = members.get(task.project_id, set()) | {task.user_id}
-        result[task.pk] = [fp for user_id in owners for fp in by_user.get(user_id, [])] + [
-            fp for fp in injected.get(task.pk, []) if fp.scope == MemoryScope.USER
-        ]
+        recorded = injected.get(task.pk, [])
+        known = stored | {fp.memory_id for fp in recorded}
+        result[task.pk] = PrivateTexts(
+            fingerprints=[fp for user_id in owners for fp in by_user.get(user_id, [])]
+            + [fp for fp in recorded if fp.scope == MemoryScope.USER],
+            unverifiable=len(set(task.injected_memory_ids or ()) - known),
+        )
     return result

@@ -293,3 +293,18 @@ def test_text_without_injected_memories_is_unchanged(alice):
     fingerprint = memory_fingerprint(memory(user=alice, content=PAGER))
     text = "Line one.\n\n\n  Indented line ## with marks ==="
     assert injected_text_removed(text, fingerprints=[fingerprint]) == text
+
+
+def test_a_task_whose_injected_memories_are_gone_unrecorded_is_not_extracted(
+    project, alice, bob, on, task_factory, api_client_for
+):
+    # Injected before fingerprints were recorded, and deleted since: its text is unknown.
+    gone = memory(user=alice, content=PAGER)
+    task = task_factory(project, alice, completed=True, result_text=f"Result for: {PAGER}\n{WORK}")
+    Task.objects.filter(pk=task.pk).update(injected_memory_ids=[gone.pk])
+    gone.delete()
+
+    process_auto_memories(user=alice)
+
+    assert "gone" in skipped_private(task).detail
+    assert_nothing_private(everything_bob_can_read(api_client_for, bob, project))
