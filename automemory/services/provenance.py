@@ -18,9 +18,10 @@ import base64
 import hashlib
 import re
 import secrets
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
+from types import MappingProxyType
 
 from django.conf import settings
 
@@ -95,7 +96,7 @@ class Fingerprint:
     memory_id: int | None
     scope: str
     user_id: int | None
-    shingles: dict[int, frozenset[int]] = field(default_factory=dict)
+    shingles: Mapping[int, frozenset[int]] = field(default_factory=dict)
 
     def as_snapshot(self) -> dict:
         """JSON-safe form for the audit log: hashes only, never the text."""
@@ -163,18 +164,21 @@ def fingerprint_text(
     text: str, *, memory_id: int | None = None, scope: str = "", user_id: int | None = None
 ) -> Fingerprint:
     """The fingerprint of a memory's text as stored, as injected and as redacted."""
-    key = _hash_key(settings.SECRET_KEY)
+    shingles = _text_fingerprint(text, settings.SECRET_KEY)
+    return Fingerprint(memory_id=memory_id, scope=scope, user_id=user_id, shingles=shingles)
+
+
+# Each sweep batch fingerprints the user-level memories of every member of its projects; most
+# are the same from one round to the next.
+@lru_cache(maxsize=4096)
+def _text_fingerprint(text: str, secret_key: str) -> Mapping[int, frozenset[int]]:
+    key = _hash_key(secret_key)
     shingles: dict[int, set[int]] = {}
     for variant in {text, text_neutralised(text), redact(text)}:
         found = _shingles(words_of(variant), key)
         if found is not None:
             shingles.setdefault(found[0], set()).update(found[1])
-    return Fingerprint(
-        memory_id=memory_id,
-        scope=scope,
-        user_id=user_id,
-        shingles={size: frozenset(hashes) for size, hashes in shingles.items()},
-    )
+    return MappingProxyType({size: frozenset(hashes) for size, hashes in shingles.items()})
 
 
 def memory_fingerprint(memory: IdentityMemory) -> Fingerprint:
