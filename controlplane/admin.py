@@ -158,8 +158,11 @@ class IdentityMemoryForm(forms.ModelForm):
         ]
 
     def clean_content(self) -> str:
+        content = self.cleaned_data.get("content", "")
+        if self.instance.pk is not None and "content" not in self.changed_data:
+            return content  # another field changed: what is stored is not written again
         try:
-            return memory_content_validate(content=self.cleaned_data.get("content", ""))
+            return memory_content_validate(content=content)
         except DomainError as error:
             raise forms.ValidationError(error.message) from None
 

@@ -252,3 +252,37 @@ def test_the_admin_saves_a_memory_without_secrets(admin_client, alice):
 
     assert response.status_code == 302
     assert IdentityMemory.objects.get().content == "Alice prefers small commits"
+
+
+def test_the_admin_changes_other_fields_of_an_older_memory_without_rechecking_it(
+    admin_client, alice, memory_factory
+):
+    older = memory_factory(user=alice, content=SECRET_CONTENTS[0])  # stored before the check
+
+    response = admin_client.post(
+        f"/admin/controlplane/identitymemory/{older.pk}/change/",
+        admin_memory_form(user=alice.pk, content=older.content, status="superseded"),
+    )
+
+    assert response.status_code == 302
+    older.refresh_from_db()
+    assert older.status == "superseded"
+
+
+def test_content_checks_are_registered_once_and_all_run(alice, monkeypatch):
+    from controlplane.errors import DomainError
+    from controlplane.services import memories
+
+    monkeypatch.setattr(memories, "_content_checks", list(memories.memory_content_checks()))
+
+    def no_shouting(content: str) -> str | None:
+        return "No shouting." if content.isupper() else None
+
+    memories.memory_content_check_register(no_shouting)
+    memories.memory_content_check_register(no_shouting)
+
+    assert memories.memory_content_checks().count(no_shouting) == 1
+    with pytest.raises(DomainError) as refused:
+        memories.memory_create(user=alice, content="DEPLOY NOW")
+    assert refused.value.as_body() == {"content": ["No shouting."]}
+    assert memories.memory_create(user=alice, content="Deploy now").pk
