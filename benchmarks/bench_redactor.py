@@ -10,10 +10,15 @@ It prints, in one run:
    JSON, prose, with a few secrets sprinkled in);
 2. every adversarial input (tests/redactor/adversarial.py) at the same size, and the
    worst one's time as a ratio of the ordinary text's;
-3. recall / false-positive rate / MB/s on the labelled corpus (tests/redactor/corpus.py)
-   for this redactor and for detect-secrets used as a library (default plugins and
-   filters, ``detect_secrets.core.scan.scan_line``), plus detect-secrets' MB/s on the
+3. recall / false-positive rate / MB/s on the labelled corpus (tests/redactor/corpus.py),
+   whole and its issue 8 part (short values, every assignment syntax, newer provider
+   formats), for this redactor and for detect-secrets used as a library (default plugins
+   and filters, ``detect_secrets.core.scan.scan_line``), plus detect-secrets' MB/s on the
    1 MB agent output.
+
+``--baseline FILE`` also measures another redactor module (any file defining ``redact``,
+e.g. ``git show <rev>:automemory/services/redactor.py > /tmp/old.py``) on the same text
+and corpus in the same run, for before/after figures on one machine state.
 
 This is a benchmark, not a test: nothing here asserts timings.
 """
@@ -21,6 +26,7 @@ This is a benchmark, not a test: nothing here asserts timings.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 import sys
 import time
@@ -31,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from automemory.services.redactor import redact  # noqa: E402
+from automemory.services.redactor import RULES, redact  # noqa: E402
 from tests.redactor.adversarial import ADVERSARIAL  # noqa: E402
-from tests.redactor.corpus import Sample, build_corpus  # noqa: E402
+from tests.redactor.corpus import Sample, build_corpus, build_issue8_corpus  # noqa: E402
 
 MB = 1_000_000
 
@@ -44,9 +50,16 @@ MB = 1_000_000
 
 
 def _source_files() -> list[Path]:
-    """Python sources to quote: this project, then Django (stable, always installed)."""
+    """Python sources to quote: this project, then Django (stable, always installed).
+
+    The redactor's own rule files are left out: their samples would change the text with
+    every rule added.
+    """
     files = sorted(
-        p for d in ("automemory", "controlplane", "worker") for p in (ROOT / d).rglob("*.py")
+        p
+        for d in ("automemory", "controlplane", "worker")
+        for p in (ROOT / d).rglob("*.py")
+        if "redactor" not in p.parts and p.name != "redactor.py"
     )
     try:
         import django
@@ -208,48 +221,92 @@ class DetectSecrets:
 # --------------------------------------------------------------------------------------
 
 
+def _load_baseline(path: str) -> Callable[[str], str]:
+    spec = importlib.util.spec_from_file_location("baseline_redactor", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["baseline_redactor"] = module
+    spec.loader.exec_module(module)
+    return module.redact
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=MB, help="agent-output size (chars)")
     parser.add_argument("--quick", action="store_true", help="skip detect-secrets on 1 MB")
+    parser.add_argument("--baseline", metavar="FILE", help="also measure this redactor module")
     args = parser.parse_args(argv)
+    redactors: list[tuple[str, Callable[[str], str]]] = [("this redactor", redact)]
+    if args.baseline:
+        redactors.append((f"baseline {Path(args.baseline).name}", _load_baseline(args.baseline)))
 
     text = build_agent_output(args.size)
     size_mb = len(text.encode()) / MB
+    anchors = {anchor for rule in RULES for anchor in rule.anchors}
     print(f"Python {sys.version.split()[0]}; agent output {len(text):,} chars ({size_mb:.2f} MB)")
+    print(f"{len(RULES)} rules, {len(anchors)} distinct anchors")
 
-    # 1. throughput on ordinary text
-    t_ordinary = _best_time(lambda: redact(text), repeat=5)
-    n_redacted = redact(text).count("[REDACTED]")
-    print(
-        f"\n[redactor] 1 MB agent output: {t_ordinary * 1000:.1f} ms -> "
-        f"{size_mb / t_ordinary:.1f} MB/s ({n_redacted} redactions)"
-    )
+    for label, redact_fn in redactors:
+        # 1. throughput on ordinary text
+        t_ordinary = _best_time(lambda redact_fn=redact_fn: redact_fn(text), repeat=5)
+        n_redacted = redact_fn(text).count("[REDACTED]")
+        print(
+            f"\n[{label}] 1 MB agent output: {t_ordinary * 1000:.1f} ms -> "
+            f"{size_mb / t_ordinary:.1f} MB/s ({n_redacted} redactions)"
+        )
 
-    # 2. adversarial inputs of the same size
-    print(f"\n[redactor] adversarial inputs, {len(text):,} chars each (ratio to ordinary text):")
-    worst_name, worst = "", 0.0
-    for name, make in ADVERSARIAL.items():
-        adv = make(len(text))
-        t = _best_time(lambda adv=adv: redact(adv), repeat=2)
-        print(f"  {name:40s} {t * 1000:8.1f} ms  x{t / t_ordinary:5.2f}")
-        if t > worst:
-            worst_name, worst = name, t
-    print(f"  worst: {worst_name!r} {worst * 1000:.1f} ms = x{worst / t_ordinary:.2f} ordinary")
+        # 2. adversarial inputs of the same size
+        print(f"[{label}] adversarial inputs, {len(text):,} chars each (ratio to ordinary):")
+        worst_name, worst = "", 0.0
+        for name, make in ADVERSARIAL.items():
+            adv = make(len(text))
+            t = _best_time(lambda adv=adv, redact_fn=redact_fn: redact_fn(adv), repeat=2)
+            print(f"  {name:45s} {t * 1000:8.1f} ms  x{t / t_ordinary:5.2f}")
+            if t > worst:
+                worst_name, worst = name, t
+        print(f"  worst: {worst_name!r} {worst * 1000:.1f} ms = x{worst / t_ordinary:.2f} ordinary")
+        if label == "this redactor":
+            t_this = t_ordinary
 
     # 3. labelled corpus, side by side
-    corpus = build_corpus()
+    for title, corpus in (
+        ("Labelled corpus", build_corpus()),
+        ("Issue 8 part", build_issue8_corpus()),
+    ):
+        _print_corpus_table(title, corpus, redactors)
+
+    if not args.quick:
+        ds = DetectSecrets(entropy=True)
+        try:
+            lines = text.split("\n")
+            start = time.perf_counter()
+            hits = ds.scan_all(lines)
+            t_ds = time.perf_counter() - start
+            print(
+                f"\n[detect-secrets default] 1 MB agent output: {t_ds:.2f} s -> "
+                f"{size_mb / t_ds:.2f} MB/s ({hits} findings); redactor {size_mb / t_this:.1f}"
+                f" MB/s, x{t_ds / t_this:.0f} faster"
+            )
+        finally:
+            ds.close()
+
+
+def _print_corpus_table(
+    title: str, corpus: list[Sample], redactors: list[tuple[str, Callable[[str], str]]]
+) -> None:
     corpus_mb = sum(len(s.text.encode()) for s in corpus) / MB
     n_pos = sum(s.positive for s in corpus)
     n_secrets = sum(len(s.secrets) for s in corpus)
     print(
-        f"\nLabelled corpus: {len(corpus)} samples ({n_pos} positive with {n_secrets} secrets, "
+        f"\n{title}: {len(corpus)} samples ({n_pos} positive with {n_secrets} secrets, "
         f"{len(corpus) - n_pos} negative), {corpus_mb * 1000:.0f} kB"
     )
     rows = []
-    t = _best_time(lambda: [redact(s.text) for s in corpus], repeat=5)
-    recall, fp = score(corpus, redact)
-    rows.append(("this redactor", recall, fp, corpus_mb / t))
+    for label, redact_fn in redactors:
+        t = _best_time(lambda redact_fn=redact_fn: [redact_fn(s.text) for s in corpus], repeat=5)
+        recall, fp = score(corpus, redact_fn)
+        rows.append((label, recall, fp, corpus_mb / t))
 
     for entropy in (False, True):
         label = "detect-secrets " + ("default plugins" if entropy else "w/o entropy plugins")
@@ -267,21 +324,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  {'':55s} {'recall':>8s} {'false pos':>10s} {'MB/s':>8s}")
     for name, recall, fp, mbps in rows:
         print(f"  {name:55s} {recall:8.2%} {fp:10.2%} {mbps:8.2f}")
-
-    if not args.quick:
-        ds = DetectSecrets(entropy=True)
-        try:
-            lines = text.split("\n")
-            start = time.perf_counter()
-            hits = ds.scan_all(lines)
-            t_ds = time.perf_counter() - start
-            print(
-                f"\n[detect-secrets default] 1 MB agent output: {t_ds:.2f} s -> "
-                f"{size_mb / t_ds:.2f} MB/s ({hits} findings); redactor {size_mb / t_ordinary:.1f}"
-                f" MB/s, x{t_ds / t_ordinary:.0f} faster"
-            )
-        finally:
-            ds.close()
 
 
 if __name__ == "__main__":

@@ -1265,3 +1265,9 @@ def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
     g = _Gen(seed)
     g8 = _Gen(seed + "-issue8")
     return _positives(g) + _issue8_positives(g8) + _negatives(g) + _issue8_negatives(g8)
+
+
+def build_issue8_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
+    """Only the part added for issue 8 (short values, every syntax, new provider formats)."""
+    g8 = _Gen(seed + "-issue8")
+    return _issue8_positives(g8) + _issue8_negatives(g8)

@@ -26,25 +26,33 @@ def _value_span(rule: Rule, m: re.Match[str]) -> tuple[int, int]:
     return m.span()
 
 
+def _occurrences(lower: str, anchor: str) -> list[int]:
+    out = []
+    pos = lower.find(anchor)
+    while pos != -1:
+        out.append(pos)
+        pos = lower.find(anchor, pos + 1)
+    return out
+
+
 def _scan_rule(
-    rule: Rule, text: str, lower: str, first: dict[str, int], out: list[Finding]
+    rule: Rule, text: str, lower: str, seen: dict[str, list[int]], out: list[Finding]
 ) -> None:
     """Try ``rule`` at every occurrence of its anchors; append accepted spans to ``out``.
 
-    ``first`` caches each anchor's first position, so an anchor shared by several rules
-    costs one full ``find`` until it first occurs.
+    ``seen`` caches each anchor's occurrences, so an anchor shared by several rules costs
+    one pass over the text.
     """
     pattern = rule.pattern
     back = rule.backoff
     back_chars = rule.backoff_chars
     for anchor in rule.anchors:
-        pos = first.get(anchor)
-        if pos is None:
-            pos = first[anchor] = lower.find(anchor)
+        positions = seen.get(anchor)
+        if positions is None:
+            positions = seen[anchor] = _occurrences(lower, anchor)
         resume = 0
-        while pos != -1:
+        for pos in positions:
             if pos < resume:
-                pos = lower.find(anchor, resume)
                 continue
             start = pos
             if back:  # the match may start before the anchor: back up (bounded)
@@ -52,7 +60,6 @@ def _scan_rule(
                     start -= 1
             m = pattern.match(text, start)
             if m is None:
-                pos = lower.find(anchor, pos + 1)
                 continue
             if rule.spans is not None:
                 out.extend((rule.id, s, e) for s, e in rule.spans(m, text) if e > s)
@@ -68,7 +75,6 @@ def _scan_rule(
                 ):
                     out.append((rule.id, s, e))
             resume = max(m.end(), pos + 1)
-            pos = lower.find(anchor, resume)
 
 
 def _lowered(text: str) -> str:
@@ -89,9 +95,9 @@ def find_secrets(text: str, *, merge: bool = True) -> list[Finding]:
         return []
     lower = _lowered(text)
     found: list[Finding] = []
-    first: dict[str, int] = {}
+    seen: dict[str, list[int]] = {}
     for rule in RULES:
-        _scan_rule(rule, text, lower, first, found)
+        _scan_rule(rule, text, lower, seen, found)
     found.sort(key=lambda f: (f[1], -f[2]))
     if not merge:
         return found

@@ -227,19 +227,20 @@ def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
 
 # --- XML -------------------------------------------------------------------------------------
 
+_KEY_AT_END_RE = rx(_KEY + r"$", re.IGNORECASE)
+
+# <password>…</password>, <apiToken>…</apiToken>, <db:secret><![CDATA[…]]></db:secret>
 _XML_ELEMENT_RE = rx(
-    _KEY
-    + r"""
+    r"""<(?P<name>(?:[A-Za-z_][\w.-]{0,64}+:)?[A-Za-z_][\w.-]{0,64}+)
     (?:[ \t][^<>\n]{0,200}+)?>
     (?:<!\[CDATA\[(?P<secret_cdata>[^\]\n]*+)\]\]>|(?P<secret>[^<\n]++))
-    </""",
-    re.IGNORECASE,
+    </(?P=name)>"""
 )
 
+# <add key="ClearTextPassword" value="…"/>, <property name="password" value="…"/>,
+# <entry key="db.password">…</entry>
 _XML_ENTRY_RE = rx(
-    _KEY
-    + r"""
-    (?P<q>["'])
+    r"""(?<![\w-])(?:key|name)[ \t]{0,2}=[ \t]{0,2}(?P<q>["'])(?P<name>[^"'\n<>]{1,128}+)(?P=q)
     (?:[ \t]{1,10}value[ \t]{0,2}=[ \t]{0,2}
         (?:"(?P<secret_attr>[^"\n]*+)"|'(?P<secret_attr_sq>[^'\n]*+)')
       |[ \t]{0,4}>(?P<secret>[^<\n]++)</)""",
@@ -247,36 +248,34 @@ _XML_ENTRY_RE = rx(
 )
 
 
-def _xml_element_ok(m: re.Match[str], value: str, text: str) -> bool:
-    pos = m.start()
+def _secret_key_core(name: str) -> str | None:
+    """The keyword a name ends with (``ClearTextPassword`` -> ``password``), if any."""
+    m = _KEY_AT_END_RE.search(name)
+    if m is None:
+        return None
     core = m.group("core").lower()
-    start = _key_start(text, pos)
-    if not start or text[start - 1] not in "<:" or not _left_ok(text, pos, core):
+    return core if _left_ok(name, m.start(), core) else None
+
+
+def _xml_element_ok(m: re.Match[str], value: str, text: str) -> bool:
+    name = m.group("name").rsplit(":", 1)[-1]
+    core = _secret_key_core(name)
+    if core is None:
         return False
-    name = text[start : m.end("tail")]
-    gt = text.find(">", m.end(), m.end() + 100)
-    closing = text[m.end() : gt] if gt != -1 else ""
-    prefix = closing[: -len(name)]
-    if not closing.endswith(name) or (prefix and not prefix.endswith(":")):
-        return False  # <apiToken>…</apiToken>, <db:secret>…</db:secret>
     return value_ok(m, value, text, key=name.lower(), core=core) or (
         m.group("secret") is None and not is_placeholder(value)
     )
 
 
 def _xml_entry_ok(m: re.Match[str], value: str, text: str) -> bool:
-    pos = m.start()
-    core = m.group("core").lower()
-    start = _key_start(text, pos)
-    if start < 1 or text[start - 1] != m.group("q") or not _left_ok(text, pos, core):
-        return False
-    attr = text[max(0, start - 12) : start - 1].rstrip().lower()
-    if not attr.endswith(("key=", "name=")):
+    name = m.group("name")
+    core = _secret_key_core(name)
+    if core is None:
         return False
     v = value.strip()
     if is_placeholder(v) or _is_label(v) or _is_path_or_url(v) or _is_name(v, setter=False):
         return False
-    return _is_strong(text[start : m.end("tail")].lower(), core) or looks_random(v)
+    return _is_strong(name.lower(), core) or looks_random(v)
 
 
 # --- command lines ---------------------------------------------------------------------------
@@ -468,7 +467,7 @@ RULES: tuple[Rule, ...] = (
         "xml-element",
         "secret in an XML element",
         "<password>…</password>, <apiToken>…</apiToken>, <db:secret><![CDATA[…]]></db:secret>",
-        _PASSWORD_ANCHORS + _SECRET_ANCHORS,
+        ("<",),
         _XML_ELEMENT_RE,
         _xml_element_ok,
         (
@@ -491,7 +490,7 @@ RULES: tuple[Rule, ...] = (
         "secret in a config entry",
         '.NET / NuGet / Spring XML entries: <add key="ClearTextPassword" value="…"/>, '
         '<property name="password" value="…"/>, <entry key="db.password">…</entry>',
-        _PASSWORD_ANCHORS + _SECRET_ANCHORS,
+        ("key=", "name="),
         _XML_ENTRY_RE,
         _xml_entry_ok,
         (

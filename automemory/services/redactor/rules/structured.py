@@ -59,11 +59,28 @@ def _aws_secret_ok(m: re.Match[str], value: str, text: str) -> bool:
 # --- Kubernetes Secret manifests -----------------------------------------------------------
 
 _K8S_WINDOW = 4000
-_SECRET_KIND_RE = re.compile(r"""["']?kind["']?[ \t]*:[ \t]*["']?Secret\b""")
+_KIND_BEFORE_RE = re.compile(r"""kind["']?[ \t]*:[ \t]*["']?$""")
 _YAML_ENTRY_RE = re.compile(r"[ \t]+[\"']?[A-Za-z0-9_.-]+[\"']?:[ \t]*(?P<v>[^\n]*)")
 _JSON_ENTRY_RE = re.compile(r'"[A-Za-z0-9_.-]+"[ \t]*:[ \t]*"(?P<v>[^"\\\n]*)"')
 # (text, positions of kind: Secret, positions of ---) for the text scanned last
 _kind_cache: list[tuple[str, tuple[int, ...], tuple[int, ...]] | None] = [None]
+
+
+def _positions(text: str, literal: str) -> list[int]:
+    out, i = [], text.find(literal)
+    while i != -1:
+        out.append(i)
+        i = text.find(literal, i + 1)
+    return out
+
+
+def _positions_of_secret_kind(text: str) -> list[int]:
+    """Where ``kind: Secret`` (YAML) or ``"kind": "Secret"`` (JSON) is written."""
+    return [
+        i
+        for i in _positions(text, "Secret")
+        if _KIND_BEFORE_RE.search(text, max(0, i - 16), i) and not text[i + 6 : i + 7].isalnum()
+    ]
 
 
 def _secret_kind_near(text: str, start: int) -> bool:
@@ -74,8 +91,8 @@ def _secret_kind_near(text: str, start: int) -> bool:
     """
     cached = _kind_cache[0]
     if cached is None or cached[0] is not text:
-        kinds = tuple(m.start() for m in _SECRET_KIND_RE.finditer(text))
-        seps = tuple(m.start() for m in re.finditer(r"(?m)^---", text)) if kinds else ()
+        kinds = tuple(_positions_of_secret_kind(text))
+        seps = tuple(_positions(text, "\n---")) if kinds else ()
         cached = _kind_cache[0] = (text, kinds, seps)
     _text, kinds, seps = cached
     i = bisect.bisect_left(kinds, start - _K8S_WINDOW)
