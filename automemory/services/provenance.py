@@ -57,6 +57,7 @@ _FOOTER_GAP = re.compile(r"[^\w#]*#{1,6}[ \t]*")
 # Stand-alone punctuation (`##`, `===`, `-`, `>`) next to removed words on the same line.
 _LOOSE_MARKS_BEFORE = re.compile(r"(?:(?:^|(?<=\s))[^\w\s]+[ \t]*)+$")
 _LOOSE_MARKS_AFTER = re.compile(r"(?:[ \t]+[^\w\s]+(?=[ \t]|$))+")
+_LOOSE_MARKS_REACH = 200  # keeps the search linear on a long line of punctuation
 _BLANK_RUNS = re.compile(r"\n{3,}")
 
 
@@ -286,12 +287,15 @@ def _cut(text: str, matches: list[re.Match], covered: bytearray) -> str:
         while i + 1 < len(matches) and covered[i + 1]:
             i += 1
         end = matches[i].end()
-        line_start = max(position, text.rfind("\n", 0, start) + 1)
+        reach_back = max(position, start - _LOOSE_MARKS_REACH)
+        line_start = max(reach_back, text.rfind("\n", reach_back, start) + 1)
         loose = _LOOSE_MARKS_BEFORE.search(text[line_start:start])
         if loose:
             start = line_start + loose.start()
-        line_end = text.find("\n", end)
-        loose = _LOOSE_MARKS_AFTER.match(text[end : len(text) if line_end == -1 else line_end])
+        reach = min(len(text), end + _LOOSE_MARKS_REACH)
+        line_end = text.find("\n", end, reach)
+        line_end = reach if line_end == -1 else line_end
+        loose = _LOOSE_MARKS_AFTER.match(text[end:line_end])
         if loose:
             end += loose.end()
         pieces.append(text[position:start])

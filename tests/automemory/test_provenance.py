@@ -308,3 +308,12 @@ def test_a_task_whose_injected_memories_are_gone_unrecorded_is_not_extracted(
 
     assert "gone" in skipped_private(task).detail
     assert_nothing_private(everything_bob_can_read(api_client_for, bob, project))
+
+
+def test_many_echoes_on_one_long_line_are_each_removed(alice):
+    fingerprint = memory_fingerprint(memory(user=alice, content=PAGER))
+    text = f"{PAGER} -- ok; " * 5000
+
+    cleaned = injected_text_removed(text, fingerprints=[fingerprint])
+
+    assert cleaned.split() == ["ok;"] * 5000
