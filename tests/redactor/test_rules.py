@@ -8,6 +8,7 @@ findings.  A false positive must come out unchanged, with no finding at all.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,9 @@ def test_rule_is_documented_data_with_its_own_proof(rule: Rule) -> None:
 def test_rule_ids_are_unique() -> None:
     ids = [rule.id for rule in RULES]
     assert len(ids) == len(set(ids))
+
+
+def test_every_rule_is_in_the_docs() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "redaction.md").read_text()
+    missing = [rule.id for rule in RULES if f"| `{rule.id}` | {rule.label} |" not in docs]
+    assert not missing, f"rules without a line in docs/redaction.md: {missing}"
