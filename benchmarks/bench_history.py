@@ -180,10 +180,11 @@ def report() -> None:
 
 def _median_ms(call, repeats: int = REPEATS) -> tuple[float, int]:
     """Median milliseconds of `call()` over `repeats` runs (after one warm-up) and its queries."""
-    from django.db import connection
+    from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
     call()
+    reset_queries()  # the query log holds 9,000 entries; a full one counts nothing new
     with CaptureQueriesContext(connection) as queries:
         call()
     times = []
@@ -196,7 +197,7 @@ def _median_ms(call, repeats: int = REPEATS) -> tuple[float, int]:
 
 def _worker_queries_per_task(owner: History, *, tasks: int = 20) -> float:
     """Queries one echo task costs in a real `Worker`: claim, quota, inject, execute, finish."""
-    from django.db import connection
+    from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
@@ -212,6 +213,7 @@ def _worker_queries_per_task(owner: History, *, tasks: int = 20) -> float:
     )
     worker = Worker(executor=EchoExecutor(), worker_id="bench-probe", heartbeat_seconds=0)
     done = 0
+    reset_queries()
     with CaptureQueriesContext(connection) as queries:
         while (task := worker.claim_one()) is not None:
             worker.run_one(task)
