@@ -67,6 +67,8 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "k8s JSON data without closing brace": lambda n: (
         '{"kind": "Secret", "data": {' + _rep('"a": "b", ', n)
     ),
+    "k8s documents repeated": lambda n: _rep("---\nkind: Secret\ndata:\n  a: b\n", n),
+    "kind: Secret repeated": lambda n: _rep("kind: Secret ", n),
     "setProperty repeated": lambda n: _rep('System.setProperty("X_TOKEN", ', n),
     "typed Go declaration repeated": lambda n: _rep("var xToken string ", n),
     "Makefile separators repeated": lambda n: _rep("TOKEN ?= :::= ::= ", n),

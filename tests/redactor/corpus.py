@@ -967,6 +967,7 @@ _SYNTAXES = [
         '<configuration><appSettings><add key="{Kc}" value="{v}" /></appSettings></configuration>',
     ),
     ("xml", '<bean id="ds"><property name="{Kc}" value="{v}"/></bean>'),
+    ("xml", '<dataSource url="jdbc:postgresql://db/app" user="app" {Kc}="{v}" />'),
     ("go", 'var {Kc} string = "{v}"\n'),
     ("go", '{Kc} := "{v}"\n'),
     ("java", 'private static final String {KU} = "{v}";\n'),

@@ -16,8 +16,9 @@ REDACTED = "[REDACTED]"
 
 # (match, value, text) -> keep the finding?  ``value`` is the secret group's text.
 Validator = Callable[[re.Match[str], str, str], bool]
-# (match, text) -> the secret spans of one match, for rules that find several per match.
-SpanFinder = Callable[[re.Match[str], str], list[tuple[int, int]]]
+# (match, text, memo) -> the secret spans of one match, for rules that find several per
+# match; ``memo`` is a scratch dict that lives for one scan of one text.
+SpanFinder = Callable[[re.Match[str], str, dict[str, object]], list[tuple[int, int]]]
 
 
 @dataclass(frozen=True)

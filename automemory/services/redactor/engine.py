@@ -36,7 +36,12 @@ def _occurrences(lower: str, anchor: str) -> list[int]:
 
 
 def _scan_rule(
-    rule: Rule, text: str, lower: str, seen: dict[str, list[int]], out: list[Finding]
+    rule: Rule,
+    text: str,
+    lower: str,
+    seen: dict[str, list[int]],
+    memo: dict[str, object],
+    out: list[Finding],
 ) -> None:
     """Try ``rule`` at every occurrence of its anchors; append accepted spans to ``out``.
 
@@ -62,7 +67,7 @@ def _scan_rule(
             if m is None:
                 continue
             if rule.spans is not None:
-                out.extend((rule.id, s, e) for s, e in rule.spans(m, text) if e > s)
+                out.extend((rule.id, s, e) for s, e in rule.spans(m, text, memo) if e > s)
             else:
                 s, e = _value_span(rule, m)
                 value = text[s:e]
@@ -96,8 +101,9 @@ def find_secrets(text: str, *, merge: bool = True) -> list[Finding]:
     lower = _lowered(text)
     found: list[Finding] = []
     seen: dict[str, list[int]] = {}
+    memo: dict[str, object] = {}
     for rule in RULES:
-        _scan_rule(rule, text, lower, seen, found)
+        _scan_rule(rule, text, lower, seen, memo, found)
     found.sort(key=lambda f: (f[1], -f[2]))
     if not merge:
         return found

@@ -381,6 +381,7 @@ RULES: tuple[Rule, ...] = (
             "spring.datasource.password=«hunter22»",
             'val dbPassword: String = "«hunter22»"',
             ":password => '«hunter22»'",
+            '<dataSource url="jdbc:postgresql://db/app" user="app" password="«hunter22»" />',
         ),
         (
             "password=",

@@ -62,8 +62,6 @@ _K8S_WINDOW = 4000
 _KIND_BEFORE_RE = re.compile(r"""kind["']?[ \t]*:[ \t]*["']?$""")
 _YAML_ENTRY_RE = re.compile(r"[ \t]+[\"']?[A-Za-z0-9_.-]+[\"']?:[ \t]*(?P<v>[^\n]*)")
 _JSON_ENTRY_RE = re.compile(r'"[A-Za-z0-9_.-]+"[ \t]*:[ \t]*"(?P<v>[^"\\\n]*)"')
-# (text, positions of kind: Secret, positions of ---) for the text scanned last
-_kind_cache: list[tuple[str, tuple[int, ...], tuple[int, ...]] | None] = [None]
 
 
 def _positions(text: str, literal: str) -> list[int]:
@@ -83,34 +81,30 @@ def _positions_of_secret_kind(text: str) -> list[int]:
     ]
 
 
-def _secret_kind_near(text: str, start: int) -> bool:
+def _secret_kind_near(text: str, start: int, memo: dict[str, object]) -> bool:
     """``kind: Secret`` in the same YAML document (no ``---`` between), near ``start``.
 
-    The positions of every ``kind: Secret`` and ``---`` are found once per text (one
-    linear pass), so many ``data:`` blocks cost a bisect each.
+    The positions of every ``kind: Secret`` and ``---`` are found once per scan (kept in
+    ``memo``), so many ``data:`` blocks cost a bisect each.
     """
-    cached = _kind_cache[0]
-    if cached is None or cached[0] is not text:
-        kinds = tuple(_positions_of_secret_kind(text))
-        seps = tuple(_positions(text, "\n---")) if kinds else ()
-        cached = _kind_cache[0] = (text, kinds, seps)
-    _text, kinds, seps = cached
-    i = bisect.bisect_left(kinds, start - _K8S_WINDOW)
-    while i < len(kinds) and kinds[i] <= start + _K8S_WINDOW:
-        lo, hi = sorted((kinds[i], start))
-        j = bisect.bisect_left(seps, lo)
-        if j == len(seps) or seps[j] > hi:
-            return True
-        i += 1
-    return False
+    found = memo.get("k8s")
+    if found is None:
+        kinds = _positions_of_secret_kind(text)
+        found = memo["k8s"] = (kinds, _positions(text, "\n---") if kinds else [])
+    kinds, seps = found  # type: ignore[misc]
+    j = bisect.bisect_right(seps, start)  # the document holding start: seps[j - 1] .. seps[j]
+    lo = max(start - _K8S_WINDOW, seps[j - 1] if j else 0)
+    hi = min(start + _K8S_WINDOW, seps[j] if j < len(seps) else len(text))
+    i = bisect.bisect_left(kinds, lo)
+    return i < len(kinds) and kinds[i] <= hi
 
 
-def _k8s_spans(m: re.Match[str], text: str) -> list[tuple[int, int]]:
+def _k8s_spans(m: re.Match[str], text: str, memo: dict[str, object]) -> list[tuple[int, int]]:
     """The value of every entry of a Secret's data/stringData block."""
     is_json = m.group("json") is not None
     group = "jblock" if is_json else "block"
     block, start = m.group(group), m.start(group)
-    if not block or not _secret_kind_near(text, m.start()):
+    if not block or not _secret_kind_near(text, m.start(), memo):
         return []
     spans = []
     indent = None
