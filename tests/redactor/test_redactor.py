@@ -91,7 +91,7 @@ SHORT_SPEC_FORMS = [
     ("token: xxxxxxxxRealTok3n99", "token: " + R, "token: xxxxxxxx"),
     ("password: p4", "password: " + R, "password: ***"),
     ("credentials: s3cr3t", "credentials: " + R, "credentials: os.environ['CREDS']"),
-    ('client_secret = "x"', 'client_secret = "' + R + '"', 'client_secret = ""'),
+    ('client_secret = "x1"', 'client_secret = "' + R + '"', 'client_secret = ""'),
 ]
 
 

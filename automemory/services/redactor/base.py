@@ -108,7 +108,7 @@ _REFERENCE_RE = re.compile(
     | (?:\{[A-Za-z0-9_.!:]*\}|%[sdr]|%\([A-Za-z_]+\)[sdr]|[:/@._ -]|\\[nrt])+
                                                 # {token}, {0}:{1}, %s:%s, {password!r}
     | <[^<>]*>                                  # <your-key>
-    | ![A-Za-z][A-Za-z0-9_]*(?:[ \t].*)?        # YAML tag: !vault |, !Ref X
+    | !!?[A-Za-z][A-Za-z0-9_]*(?:[ \t].*)?      # YAML tag: !vault |, !!binary, !Ref X
     | [*&][A-Za-z_][A-Za-z0-9_]*                # YAML alias / anchor
     """,
     re.VERBOSE | re.DOTALL,
@@ -130,8 +130,8 @@ def is_placeholder(value: str) -> bool:
         return True
     if not v.strip(_MASK_CHARS) and (len(v) >= 3 or "x" not in low):
         return True  # ***, xxxx, ..., but "x" alone is a value
-    if _REFERENCE_RE.fullmatch(v):
-        return True
+    if _REFERENCE_RE.fullmatch(v) or v.startswith(("$(", "${", "`")):
+        return True  # also a substitution cut at a space: --password=$(cat /run/pw)
     if v.endswith(("EXAMPLE", "EXAMPLEKEY")) and v.isascii() and " " not in v:
         return True  # the documentation convention: AKIAIOSFODNN7EXAMPLE
     if _PHRASE_RE.fullmatch(v) and any(w in low for w in _PLACEHOLDER_PHRASE_WORDS):

@@ -64,7 +64,7 @@ _KV_RE = rx(
     (?:
         (?P<ref>(?:\$\{\{[^}\n]*+\}\}|\$\{[^}\n]*+\}|\$\([^)\n]*+\)|\{\{[^}\n]*+\}\}
             |\{[A-Za-z0-9_.!:]*+\})(?:[:/@._-]{0,3}+\$?\{[A-Za-z0-9_.!:]*+\})*+)
-            (?=[\s,;)}\]"'`]|$)
+            (?=[\s,;)}\]"'`\\]|$)
       | \\?"(?P<secret_dq>(?:[^"\\\n]|\\[^"\n])*+)\\?"
       | '(?P<secret_sq>[^'\n]*+)'
       | `(?P<secret_bq>[^`\n]*+)`
@@ -92,8 +92,8 @@ def _left_ok(text: str, pos: int, core: str) -> bool:
     """Left context of a keyword: ``api_key`` yes, ``monkey``/``bypass`` no."""
     if core == "key":
         j = pos
-        if j and text[j - 1] in "_.-":
-            j -= 1
+        if j and text[j - 1] in "_.- ":
+            j -= 1  # api_key, api.key, x-api-key, "API key: …"
         return text[max(0, j - 16) : j].lower().endswith(_KEY_PREFIXES)
     if core in _SHORT_CORES and pos:
         prev = text[pos - 1]
@@ -120,11 +120,13 @@ _PASSWORD_CORES = frozenset({"password", "passwd", "passphrase", "pass", "pwd", 
 _NAME_WORDS = ("passw", "passphrase", "token", "secret", "credential", "key")
 # Keys ending in token/key that name pagination cursors, idempotency ids and the like.
 _NOT_SECRET_KEY_RE = re.compile(
-    r"(?:[a-z0-9]*[_.-])?(?:next|page|nextpage|continuation|pagination|input|output|start"
+    r"(?:[a-z0-9]*[_.-])?(?:next[a-z]*|page|continuation|pagination|input|output|start"
     r"|starting|change|clientrequest|client[_-]request|idempotency|request|creation|sync"
     r"|resume|cancel|lifecycleaction|lifecycle[_-]action|lock|client|registration|sequence"
-    r"|import|work[_-]unit|copy[_-]product|purchase)[_-]?(?:token|key)"
+    r"|import|work[_-]unit|copy[_-]product|purchase|[a-z]*update|public[_-]?key)"
+    r"[_-]?(?:token|key)"
 )
+_TYPE_NAME_RE = re.compile(r"[A-Z0-9]*(?:[A-Z][a-z]{2,}[0-9]*){2,}")  # PKCS7PrivateKeyTypes
 _REGEX_HINTS = ("(?", "\\w", "\\d", "\\s", "[^", "]+", "]*", "]{")
 _NUMBER_RE = re.compile(r"-?[0-9]{1,4}")
 _COLOR_RE = re.compile(r"#(?:[0-9a-fA-F]{3,4}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})")
@@ -153,8 +155,10 @@ def value_ok(
 ) -> bool:
     """Is ``value`` (assigned to ``key``) a literal secret rather than code or a placeholder?"""
     v = value.strip()
-    if is_placeholder(v) or _is_path_or_url(v) or _is_name(v, setter=setter):
+    if len(v) < 2 or is_placeholder(v) or _is_path_or_url(v) or _is_name(v, setter=setter):
         return False
+    if re.sub(r"[_.-]", "", v.lower()) == re.sub(r"[_.-]", "", key):
+        return False  # WaitForTaskToken = "waitForTaskToken": an enum, not a secret
     password = core in _PASSWORD_CORES or core.startswith("passw")
     if not password and (is_not_secret_key(key) or _NUMBER_RE.fullmatch(v)):
         return False  # next_token: "abc", token = -1
@@ -175,8 +179,10 @@ def value_ok(
         if after[:1] == "." and after[1:2].isalpha():
             return False  # " ...\n".join(pairs): a method call on a literal
     else:
-        if len(v) < 2 or "(" in v or "[" in v:
+        if "(" in v or "[" in v:
             return False  # call or subscript: os.getenv(...), os.environ[...]
+        if not password and _TYPE_NAME_RE.fullmatch(v):
+            return False  # private_key: PKCS7PrivateKeyTypes (a type annotation)
         if _DOTTED_RE.fullmatch(v) and not any(c.isdigit() for c in v.split(".")[0]):
             return False  # attribute chain: settings.SECRET_KEY, self.token, var.pw
         low = v.lower()
@@ -337,10 +343,12 @@ def _curl_user_ok(m: re.Match[str], value: str, text: str) -> bool:
     return ("curl" in before or "CURL" in before) and not is_placeholder(value)
 
 
-# setenv KEY value (csh), set -gx KEY value (fish), ENV KEY value (Dockerfile)
+# setenv KEY value (csh), set -gx KEY value (fish), ENV KEY value (Dockerfile),
+# git config [--global] user.password value, npm/yarn/pip config set key value
 _ENV_COMMAND_RE = rx(
-    r"""(?:setenv|set[ \t]{1,4}-[A-Za-z]{1,4}|ENV|ARG)[ \t]{1,4}
-    (?P<key>[A-Za-z_][A-Za-z0-9_]{0,80}+)[ \t]{1,4}
+    r"""(?:setenv|set[ \t]{1,4}-[A-Za-z]{1,4}|ENV|ARG
+        |config(?:[ \t]{1,4}--?[a-z]{1,12}+){0,3}(?:[ \t]{1,4}set)?)[ \t]{1,4}
+    (?P<key>[A-Za-z_/@][A-Za-z0-9_.:/@-]{0,120}+)[ \t]{1,4}
     (?:"(?P<secret_dq>[^"\n]*+)"|'(?P<secret_sq>[^'\n]*+)'|(?P<secret>[^\s"'`;&|]++))"""
 )
 _ENV_KEY_RE = re.compile(
@@ -417,6 +425,7 @@ RULES: tuple[Rule, ...] = (
             'api_key: "«mykey»"',
             "secret: «12345678»",
             "export GITHUB_TOKEN=«mytok3n»",
+            "Your API key: «a1B2c3D4e5»",
             "token: «xxxxxxxxRealTok3n99»",
             'var xToken string = "«' + _P + '»"',
             'const apiToken: string = "«' + _P + '»";',
@@ -462,6 +471,14 @@ RULES: tuple[Rule, ...] = (
             "ACCESS_KEY = 'aws_access_key_id'",
             "capabilities = 'LOGINDISABLED AUTH=CRAM-MD5'",
             '"AWS::IAM::AccessKey": "72c2d9dd90025459",',
+            '<a href="tk.html" accesskey="U">Tk</a>',
+            'WaitForTaskToken = "waitForTaskToken"',
+            'ALLOW_CREDENTIALS = "allowCredentials"',
+            "private_key: PKCS7PrivateKeyTypes,",
+            "f'aws_secret_access_key: {params.secret_access_key}\\n'",
+            '"nextForwardToken": "f/31961209122447488583055879464742346735121166569214640130",',
+            '"PolicyUpdateToken": "1:X9QGexP7HASDlsFp+G31Iw==",',
+            '<assemblyIdentity name="Microsoft.VC90.CRT" publicKeyToken="1fc8b3b9a1e18e3b"/>',
         ),
     ),
     Rule(
@@ -583,15 +600,24 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "env-command",
         "secret in an env command",
-        "setenv KEY value (csh), set -gx KEY value (fish), ENV/ARG KEY value (Dockerfile)",
-        ("setenv", "set -", "env ", "arg "),
+        "setenv KEY value (csh), set -gx KEY value (fish), ENV/ARG KEY value (Dockerfile), "
+        "git config user.password value, npm/yarn/pip config set key value",
+        ("setenv", "set -", "env ", "arg ", "config "),
         _ENV_COMMAND_RE,
         _env_command_ok,
         (
             "setenv DB_PASSWORD «hunter22»",
             "set -gx GITHUB_TOKEN «mytok3n»",
             "ENV API_TOKEN «" + _P + "»",
+            "git config --global user.password «hunter22»",
+            "npm config set //registry.npmjs.org/:_authToken «" + _P + "»",
         ),
-        ("ENV DB_PASSWORD_FILE /run/secrets/db", "set -gx API_TOKEN $TOKEN", "setenv PATH /bin"),
+        (
+            "ENV DB_PASSWORD_FILE /run/secrets/db",
+            "set -gx API_TOKEN $TOKEN",
+            "setenv PATH /bin",
+            "git config --global user.name Ada",
+            "npm config set registry https://registry.npmjs.org/",
+        ),
     ),
 )

@@ -30,8 +30,8 @@ _SNAKE_RE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
 
 
 def _validate_auth(m: re.Match[str], value: str, text: str) -> bool:
-    if is_placeholder(value):
-        return False
+    if is_placeholder(value) or text[m.start() - 1 : m.start()].isalpha():
+        return False  # EndpointAuthorization: a name that ends in the word, not the header
     if m.group("scheme") is None:
         if text[m.end() : m.end() + 1] in ("(", ".") or _SNAKE_RE.fullmatch(value):
             return False  # a call or a variable: base64.decodebytes(x), v4auth_header
@@ -219,6 +219,7 @@ RULES: tuple[Rule, ...] = (
             "Authorization: Bearer token",
             "headers = {'x-amz-date': timestamp, 'Authorization': v4auth_header}",
             "authorization = base64.decodebytes(authorization)",
+            '"AWS::Redshift::EndpointAuthorization": "e72be424d109da1d",',
         ),
     ),
     Rule(
