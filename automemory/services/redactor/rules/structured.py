@@ -74,11 +74,12 @@ def _positions(text: str, literal: str) -> list[int]:
 
 def _positions_of_secret_kind(text: str) -> list[int]:
     """Where ``kind: Secret`` (YAML) or ``"kind": "Secret"`` (JSON) is written."""
-    return [
+    return sorted(
         i
-        for i in _positions(text, "Secret")
+        for word in ("Secret", "secret")
+        for i in _positions(text, word)
         if _KIND_BEFORE_RE.search(text, max(0, i - 16), i) and not text[i + 6 : i + 7].isalnum()
-    ]
+    )
 
 
 def _secret_kind_near(text: str, start: int, memo: dict[str, object]) -> bool:
@@ -101,29 +102,50 @@ def _secret_kind_near(text: str, start: int, memo: dict[str, object]) -> bool:
 
 def _k8s_spans(m: re.Match[str], text: str, memo: dict[str, object]) -> list[tuple[int, int]]:
     """The value of every entry of a Secret's data/stringData block."""
-    is_json = m.group("json") is not None
-    group = "jblock" if is_json else "block"
-    block, start = m.group(group), m.start(group)
+    if m.group("json") is not None:
+        block, start = m.group("jblock"), m.start("jblock")
+        if not block or not _secret_kind_near(text, m.start(), memo):
+            return []
+        spans = []
+        for em in _JSON_ENTRY_RE.finditer(block):
+            v = em.group("v")
+            if v and not is_placeholder(v):
+                spans.append((start + em.start("v"), start + em.end("v")))
+        return spans
+    block, start = m.group("block"), m.start("block")
     if not block or not _secret_kind_near(text, m.start(), memo):
         return []
-    spans = []
-    indent = None
-    for em in (_JSON_ENTRY_RE if is_json else _YAML_ENTRY_RE).finditer(block):
-        if not is_json:
-            # entries of this block only: at a line start, same indentation
-            if em.start() and block[em.start() - 1] != "\n":
-                continue
-            lead = len(em.group(0)) - len(em.group(0).lstrip(" \t"))
-            if indent is None:
-                indent = lead
-            elif lead != indent:
-                break
+    return _yaml_block_spans(block, start)
+
+
+def _yaml_block_spans(block: str, start: int) -> list[tuple[int, int]]:
+    """Values of the entries at the block's first indentation, block scalars included."""
+    spans: list[tuple[int, int]] = []
+    indent = -1
+    in_scalar = False  # inside the lines of a `key: |` / `key: >` block scalar
+    offset = 0
+    for line in block.split("\n"):
+        line_start = start + offset
+        offset += len(line) + 1
+        body = line.lstrip(" \t")
+        lead = len(line) - len(body)
+        if not body.strip() or body.startswith("#"):
+            continue
+        if in_scalar and lead > indent:
+            spans.append((line_start + lead, line_start + len(line.rstrip())))
+            continue
+        in_scalar = False
+        em = _YAML_ENTRY_RE.match(line)
+        if em is None or (indent != -1 and lead != indent):
+            break  # the block ends at a line that is not one of its entries
+        indent = lead
         raw = em.group("v")
         v = raw.strip().strip("\"'")
-        if not v or v in ("|", ">", "|-", ">-") or is_placeholder(v):
-            continue
-        vs = start + em.start("v") + raw.find(v)
-        spans.append((vs, vs + len(v)))
+        if v[:1] in ("|", ">") and len(v) <= 3:
+            in_scalar = True
+        elif v and not is_placeholder(v):
+            vs = line_start + em.start("v") + raw.find(v)
+            spans.append((vs, vs + len(v)))
     return spans
 
 
@@ -319,7 +341,7 @@ RULES: tuple[Rule, ...] = (
         rx(
             r"""(?:(?<![A-Za-z0-9_])|(?<=string))[dD]ata
             (?:(?P<yaml>:[ \t]*\r?\n
-                (?P<block>(?:[ \t]++[^\n]*+\n?){1,200}))
+                (?P<block>(?:[ \t]++[^\n]*+\n?){1,2000}))
             |(?P<json>"[ \t]*:[ \t]*\{(?P<jblock>[^{}]{0,20000}+)\}))""",
         ),
         None,
@@ -329,6 +351,13 @@ RULES: tuple[Rule, ...] = (
             "apiVersion: v1\ndata:\n  tls.key: «"
             + fake("b64", 64)
             + "»\nkind: Secret\nmetadata:\n  name: tls\n",
+            "apiVersion: v1\ndata:\n  .dockercfg: |\n    «"
+            + fake("b64", 76)
+            + "»\n    «"
+            + fake("b64", 40, 3)
+            + "»\n  other: «"
+            + fake("b64", 16, 1)
+            + "»\nkind: secret\n",
             '{"apiVersion": "v1", "kind": "Secret", "data": {"token": "«'
             + fake("b64", 32)
             + '»", "ca.crt": "«'
@@ -336,6 +365,8 @@ RULES: tuple[Rule, ...] = (
             + '»"}}',
         ),
         (
+            "apiVersion: v1\nkind: ExternalSecret\nspec:\n  data:\n    - secretKey: api-key\n"
+            "      remoteRef:\n        key: my-secret\n",
             "apiVersion: v1\nkind: ConfigMap\ndata:\n  log_level: debug\n  region: eu-west-1\n",
             "kind: Secret\nstringData:\n  password: ${DB_PASSWORD}\n",
         ),
