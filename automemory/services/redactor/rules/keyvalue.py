@@ -52,13 +52,13 @@ _KEY = r"""
 _KV_RE = rx(
     _KEY
     + r"""
-    (?P<close>\\?["'`]?\]?)                     # end of a quoted key / subscript
+    (?P<close>\\?["'`]?\]?|\[[0-9]{0,4}\])        # end of a quoted key, subscript, C array
     (?P<type>(?:[ \t]{1,4}|[ \t]{0,4}:[ \t]{0,4})
         (?:string|String|str|&str|&'static[ ]str|\[\]byte|SecretStr|char[ ]?\*)
         (?=[ \t]{0,4}[:=?.+|]))?                # Go/TS/Kotlin/Rust type annotation
     [ \t]{0,4}
     (?P<sep>:::=|::=|:=|\?\?=|\|\|=|\?=|\.=|\+=|=>|<-|=(?![=~>])|:(?![:/\\])
-        |,(?=[ \t]{0,4}[rRbBfFuU@]{0,2}["'`]))
+        |(?:,|===?|!==?)(?=[ \t]{0,4}[rRbBfFuU@]{0,2}["'`]))  # setter arg, comparison
     [ \t]{0,4}
     (?P<prefix>[rRbBfFuU@]{1,2}(?=["']))?       # string prefix: r"", b'', f"", @""
     (?:
@@ -228,6 +228,12 @@ def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
         and text[m.end("sep") : m.end("sep") + 1] not in (" ", "\t")
     ):
         return False  # arn:aws:...:secret:name is not a mapping (no space after the key)
+    if sep.startswith(("==", "!=")):
+        # a comparison gives a secret away only when the literal looks like one
+        v = value.strip()
+        password = core in _PASSWORD_CORES or core.startswith("passw")
+        if not (password and not v.isalpha()) and not looks_random(v):
+            return False
     return value_ok(m, value, text, key=key, core=core, setter=sep == ",")
 
 
@@ -389,6 +395,8 @@ RULES: tuple[Rule, ...] = (
             "spring.datasource.password=«hunter22»",
             'val dbPassword: String = "«hunter22»"',
             ":password => '«hunter22»'",
+            "if password == '«hunter22»':",
+            'char my_password[] = "«hunter22»";',
             '<dataSource url="jdbc:postgresql://db/app" user="app" password="«hunter22»" />',
         ),
         (
@@ -426,6 +434,8 @@ RULES: tuple[Rule, ...] = (
             "secret: «12345678»",
             "export GITHUB_TOKEN=«mytok3n»",
             "Your API key: «a1B2c3D4e5»",
+            'if api_token == "«' + _P + '»":',
+            'char db_secret[32] = "«' + _P + '»";',
             "token: «xxxxxxxxRealTok3n99»",
             'var xToken string = "«' + _P + '»"',
             'const apiToken: string = "«' + _P + '»";',
@@ -457,6 +467,11 @@ RULES: tuple[Rule, ...] = (
             "request.session[BACKEND_SESSION_KEY] = backend",
             'reset_url_token = "set-password"',
             'token = "not in"',
+            'if token == "":',
+            'elif token == "with":',
+            'if csrf_token == "NOTPROVIDED":',
+            'and user_pass == "git"',
+            "if auth_type == 'bearer':",
             "credentials = '{0}:{1}'.format(user, passwd).encode()",
             "f'Credential={key}/{scope}, '",
             "+ 'Credential=' + access_key + '/' + scope",
