@@ -39,6 +39,7 @@ def test_rule_redacts_its_true_positive(case: tuple[Rule, str]) -> None:
     assert out == _MARKED.sub(REDACTED, sample)
     assert all(secret not in out for secret in secrets)
     assert rule.id in {rule_id for rule_id, _s, _e in find_secrets(text, merge=False)}
+    assert redact(out) == out, "redacting twice must change nothing"
 
 
 @pytest.mark.parametrize("case", _cases("fp"), ids=_id)

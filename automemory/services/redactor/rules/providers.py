@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 
-from automemory.services.redactor.base import Rule, fake, is_placeholder, rx
+from automemory.services.redactor.base import Rule, Validator, fake, is_placeholder, rx
 
 _EDGE = "A-Za-z0-9_-"
 
 
-def _token_ok(full_length: int = 0) -> object:
+def _token_ok(full_length: int = 0) -> Validator:
     """Reject docs placeholders (``ghp_xxxx…``, ``AKIA…EXAMPLE``, ``sk-...``).
 
     Below ``full_length`` (a shortened token, ``ghp_abc123``), the body must hold a digit
@@ -59,7 +59,7 @@ def token(
         description or label,
         anchors,
         pattern,
-        _token_ok(full_length),  # type: ignore[arg-type]
+        _token_ok(full_length),
         true_positives,
         false_positives,
         backoff=backoff,
@@ -174,7 +174,7 @@ RULES: tuple[Rule, ...] = (
         "Slack incoming webhook / workflow URL",
         ("hooks.slack.com/",),
         rx(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9+/_-]{20,}+)"),
-        _token_ok(),  # type: ignore[arg-type]
+        _token_ok(),
         ("https://hooks.slack.com/services/«T0123ABCD/B0123ABCD/" + fake(B62, 24) + "»",),
         ("https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX",),
     ),
@@ -184,7 +184,7 @@ RULES: tuple[Rule, ...] = (
         "Discord webhook URL",
         ("/api/webhooks/",),
         rx(r"/api/webhooks/[0-9]{17,20}/(?P<secret>[A-Za-z0-9_-]{60,}+)"),
-        _token_ok(),  # type: ignore[arg-type]
+        _token_ok(),
         ("https://discord.com/api/webhooks/123456789012345678/«" + fake(B62, 68) + "»",),
         ("https://discord.com/api/webhooks/{id}/{token}",),
     ),
@@ -194,7 +194,7 @@ RULES: tuple[Rule, ...] = (
         "Microsoft Teams incoming webhook URL (webhook.office.com/webhookb2/...)",
         ("webhook.office.com/webhookb2/",),
         rx(r"webhook\.office\.com/webhookb2/(?P<secret>[A-Za-z0-9@/_.-]{40,}+)"),
-        _token_ok(),  # type: ignore[arg-type]
+        _token_ok(),
         (
             "https://acme.webhook.office.com/webhookb2/«"
             + fake(HEX, 8)
@@ -395,7 +395,7 @@ RULES: tuple[Rule, ...] = (
         "Telegram bot token <bot id>:AA<33 chars> (found at :AA, then backs up over the id)",
         (":aa",),
         rx(r"(?<![0-9])(?P<secret>[0-9]{8,10}:(?P<body>AA[A-Za-z0-9_-]{33}))(?![A-Za-z0-9_-])"),
-        _token_ok(),  # type: ignore[arg-type]
+        _token_ok(),
         ("TELEGRAM_BOT_TOKEN=«1234567890:AA" + fake(B62, 33) + "»",),
         ("12:AAPL price", "1234567890:AAxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
         backoff=10,
