@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from typing import cast
 
 from automemory.services.redactor.base import (
     Rule,
@@ -92,7 +93,7 @@ def _secret_kind_near(text: str, start: int, memo: dict[str, object]) -> bool:
     if found is None:
         kinds = _positions_of_secret_kind(text)
         found = memo["k8s"] = (kinds, _positions(text, "\n---") if kinds else [])
-    kinds, seps = found  # type: ignore[misc]
+    kinds, seps = cast(tuple[list[int], list[int]], found)
     j = bisect.bisect_right(seps, start)  # the document holding start: seps[j - 1] .. seps[j]
     lo = max(start - _K8S_WINDOW, seps[j - 1] if j else 0)
     hi = min(start + _K8S_WINDOW, seps[j] if j < len(seps) else len(text))
