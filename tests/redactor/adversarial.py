@@ -76,6 +76,8 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "--with-token repeated": lambda n: _rep("--with-token ", n),
     "setenv TOKEN repeated": lambda n: _rep("setenv TOKEN ", n),
     "A3- repeated": lambda n: _rep("A3-", n),
+    "token runs just too short": lambda n: _rep("glpat-abcdefghi ", n),
+    "one token run of 1 MB with anchors": lambda n: _rep("npm_hf_sk_live_", n),
     "EAAC then long run": lambda n: "EAAC" + "a" * n,
     "ops_eyJ then long run": lambda n: "ops_eyJ" + "A" * n,
     "Azure Q~ repeated in a run": lambda n: _rep("ab18Q~", n),

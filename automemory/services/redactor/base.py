@@ -29,6 +29,8 @@ class Rule:
     match starting exactly there (``backoff`` characters earlier for rules whose anchor
     sits inside the match).  The secret is the first matched group whose name starts with
     ``secret`` (else the whole match), unless ``spans`` returns the spans itself.
+    ``in_token_runs`` says every match is 16+ characters of ``[A-Za-z0-9_.~+/=-]``, so
+    the anchors are looked for only inside such runs (a fraction of ordinary text).
     """
 
     id: str
@@ -42,6 +44,7 @@ class Rule:
     backoff: int = 0
     backoff_chars: str = "0123456789"
     spans: SpanFinder | None = None
+    in_token_runs: bool = False
     secret_groups: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

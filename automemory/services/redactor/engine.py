@@ -9,7 +9,9 @@ input size whatever the input.
 
 from __future__ import annotations
 
+import bisect
 import re
+from typing import cast
 
 from automemory.services.redactor.base import REDACTED, Rule, is_placeholder
 from automemory.services.redactor.rules import RULES
@@ -26,12 +28,43 @@ def _value_span(rule: Rule, m: re.Match[str]) -> tuple[int, int]:
     return m.span()
 
 
+# Runs of token characters (the text is lowercased) that can hold a long provider token.
+_TOKEN_RUN_RE = re.compile(r"[a-z0-9_.~+/=-]{16,}")
+
+
 def _occurrences(lower: str, anchor: str) -> list[int]:
     out = []
     pos = lower.find(anchor)
     while pos != -1:
         out.append(pos)
         pos = lower.find(anchor, pos + 1)
+    return out
+
+
+def _run_occurrences(lower: str, anchor: str, memo: dict[str, object]) -> list[int]:
+    """Occurrences of ``anchor`` inside runs of 16+ token characters only.
+
+    The runs are joined once per scan (about a quarter of ordinary text), so each anchor of
+    a long-token rule costs a ``find`` over that instead of the whole text.
+    """
+    runs = memo.get("runs")
+    if runs is None:
+        pieces, joined_starts, starts = [], [], []
+        joined_len = 0
+        for m in _TOKEN_RUN_RE.finditer(lower):
+            start, end = m.span()
+            pieces.append(lower[start:end])
+            starts.append(start)
+            joined_starts.append(joined_len)
+            joined_len += end - start + 1
+        runs = memo["runs"] = ("\0".join(pieces), joined_starts, starts)
+    joined, joined_starts, starts = cast(tuple[str, list[int], list[int]], runs)
+    out = []
+    pos = joined.find(anchor)
+    while pos != -1:
+        k = bisect.bisect_right(joined_starts, pos) - 1
+        out.append(starts[k] + pos - joined_starts[k])
+        pos = joined.find(anchor, pos + 1)
     return out
 
 
@@ -51,10 +84,14 @@ def _scan_rule(
     pattern = rule.pattern
     back = rule.backoff
     back_chars = rule.backoff_chars
+    in_runs = rule.in_token_runs
     for anchor in rule.anchors:
-        positions = seen.get(anchor)
+        key = "\0" + anchor if in_runs else anchor
+        positions = seen.get(key)
         if positions is None:
-            positions = seen[anchor] = _occurrences(lower, anchor)
+            positions = seen[key] = (
+                _run_occurrences(lower, anchor, memo) if in_runs else _occurrences(lower, anchor)
+            )
         resume = 0
         for pos in positions:
             if pos < resume:

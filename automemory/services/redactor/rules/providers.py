@@ -49,8 +49,13 @@ def token(
     edge: str = _EDGE,
     full_length: int = 0,
     backoff: int = 0,
+    long_only: bool = True,
 ) -> Rule:
-    """A prefixed token: ``prefix`` (case-sensitive regex) then ``body``, bounded by ``edge``."""
+    """A prefixed token: ``prefix`` (case-sensitive regex) then ``body``, bounded by ``edge``.
+
+    ``long_only``: every match is 16+ characters of ``[A-Za-z0-9_.~+/=-]`` (false for the
+    formats redacted at any length, ``ghp_abc123``).
+    """
     left = edge.replace("=", "")
     pattern = rx(rf"(?<![{left}])(?P<secret>(?:{prefix})(?P<body>{body}))(?![{edge}])")
     return Rule(
@@ -64,6 +69,7 @@ def token(
         false_positives,
         backoff=backoff,
         backoff_chars="0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_~.",
+        in_token_runs=long_only and not full_length,
     )
 
 
@@ -159,6 +165,7 @@ RULES: tuple[Rule, ...] = (
         ("xox", "xapp-"),
         r"xox[a-z]-|xoxe\.xox[a-z]-|xapp-",
         r"[A-Za-z0-9-]{3,}+",
+        long_only=False,
         description="Slack tokens of any length: xoxb-, xoxp-, xoxa-, xoxr-, xoxs-, xoxe-, "
         "xoxe.xoxp-, xapp-",
         true_positives=(
