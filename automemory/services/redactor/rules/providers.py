@@ -184,6 +184,7 @@ RULES: tuple[Rule, ...] = (
         _token_ok(),
         ("https://hooks.slack.com/services/«T0123ABCD/B0123ABCD/" + fake(B62, 24) + "»",),
         ("https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX",),
+        in_token_runs=True,
     ),
     Rule(
         "discord-webhook",
@@ -194,6 +195,7 @@ RULES: tuple[Rule, ...] = (
         _token_ok(),
         ("https://discord.com/api/webhooks/123456789012345678/«" + fake(B62, 68) + "»",),
         ("https://discord.com/api/webhooks/{id}/{token}",),
+        in_token_runs=True,
     ),
     Rule(
         "teams-webhook",

@@ -188,6 +188,7 @@ RULES: tuple[Rule, ...] = (
             + "»; Path=/",
         ),
         ("eyJ is how base64 JSON starts", "eyJhbGciOiJIUzI1NiJ9 alone is a header"),
+        in_token_runs=True,
     ),
     Rule(
         "url-credentials",
@@ -315,6 +316,7 @@ RULES: tuple[Rule, ...] = (
             + "==»;E=x",
         ),
         ("SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=<key>",),
+        in_token_runs=True,
     ),
     Rule(
         "aws-secret-key",
