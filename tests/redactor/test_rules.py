@@ -42,6 +42,18 @@ def test_rule_redacts_its_true_positive(case: tuple[Rule, str]) -> None:
     assert redact(out) == out, "redacting twice must change nothing"
 
 
+_FILLER = "Lorem ipsum dolor sit amet, consectetur adipiscing elit.\n" * 160  # > 8 kB
+
+
+@pytest.mark.parametrize("case", _cases("tp"), ids=_id)
+def test_rule_finds_its_true_positive_in_a_long_text(case: tuple[Rule, str]) -> None:
+    # Long texts take the path that scans every rule; short ones check anchors first.
+    _rule, sample = case
+    text = sample.replace("«", "").replace("»", "")
+    padded = f"{_FILLER}\n{text}\n\n{_FILLER}"
+    assert redact(padded) == f"{_FILLER}\n{_MARKED.sub(REDACTED, sample)}\n\n{_FILLER}"
+
+
 @pytest.mark.parametrize("case", _cases("fp"), ids=_id)
 def test_rule_keeps_its_false_positive(case: tuple[Rule, str]) -> None:
     _rule, sample = case

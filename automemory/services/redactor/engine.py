@@ -19,6 +19,14 @@ from automemory.services.redactor.rules import RULES
 Finding = tuple[str, int, int]
 
 _LABELS = {rule.id: rule.label for rule in RULES}
+# anchor -> positions in RULES of the rules that use it (for the short-text path)
+_RULES_BY_ANCHOR: dict[str, list[int]] = {}
+for _index, _rule in enumerate(RULES):
+    for _anchor in _rule.anchors:
+        _RULES_BY_ANCHOR.setdefault(_anchor, []).append(_index)
+# Below this length, checking which anchors occur at all first is cheaper than walking
+# every rule (a memory or a log line is usually a few hundred characters).
+_SHORT_TEXT = 8192
 
 
 def _value_span(rule: Rule, m: re.Match[str]) -> tuple[int, int]:
@@ -139,7 +147,18 @@ def find_secrets(text: str, *, merge: bool = True) -> list[Finding]:
     found: list[Finding] = []
     seen: dict[str, list[int]] = {}
     memo: dict[str, object] = {}
-    for rule in RULES:
+    if len(text) <= _SHORT_TEXT:
+        present = [anchor for anchor in _RULES_BY_ANCHOR if anchor in lower]
+        if not present:
+            return []
+        rules = [RULES[i] for i in sorted({i for a in present for i in _RULES_BY_ANCHOR[a]})]
+        for rule in rules:  # the rules' other anchors are absent: no pass for them
+            for anchor in rule.anchors:
+                if anchor not in present:
+                    seen[anchor] = seen["\0" + anchor] = []
+    else:
+        rules = list(RULES)
+    for rule in rules:
         _scan_rule(rule, text, lower, seen, memo, found)
     found.sort(key=lambda f: (f[1], -f[2]))
     if not merge:
