@@ -38,7 +38,9 @@ _KEY_PREFIXES = words(
     """
 )
 _SHORT_CORES = frozenset({"pass", "pwd", "pw", "auth"})
-_STRONG_WORDS = ("passw", "pwd", "pass", "secret", "token", "credential", "key")
+_PASSWORD_CORES = frozenset({"password", "passwd", "passphrase", "pass", "pwd", "pw"})
+# An "auth" key is a strong one when its name also holds one of these (authToken).
+_STRONG_WORDS = ("passw", "pwd", "pass", "secret", "token", "credential")
 
 _KEY = r"""
     (?P<core>passw(?:or)?d|passphrase|pass|pwd|pw|secret|token|credentials?|auth|key)
@@ -113,10 +115,14 @@ def _is_label(value: str) -> bool:
 
 
 def _is_strong(key: str, core: str) -> bool:
-    return core != "auth" or any(w in key for w in _STRONG_WORDS if w != "key")
+    """Any literal counts, except under a bare ``auth`` key (``auth: oauth2``)."""
+    return core != "auth" or any(w in key for w in _STRONG_WORDS)
 
 
-_PASSWORD_CORES = frozenset({"password", "passwd", "passphrase", "pass", "pwd", "pw"})
+def _is_password(core: str) -> bool:
+    return core in _PASSWORD_CORES or core.startswith("passw")
+
+
 _NAME_WORDS = ("passw", "passphrase", "token", "secret", "credential", "key")
 # Keys ending in token/key that name pagination cursors, idempotency ids and the like.
 _NOT_SECRET_KEY_RE = re.compile(
@@ -132,7 +138,7 @@ _NUMBER_RE = re.compile(r"-?[0-9]{1,4}")
 _COLOR_RE = re.compile(r"#(?:[0-9a-fA-F]{3,4}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})")
 
 
-def is_not_secret_key(key: str) -> bool:
+def _is_not_secret_key(key: str) -> bool:
     """``next_token``, ``PageToken``, ``--idempotency-token``: a cursor or an id."""
     return _NOT_SECRET_KEY_RE.fullmatch(key.lower().lstrip("-")) is not None
 
@@ -150,7 +156,7 @@ def _is_name(value: str, *, setter: bool) -> bool:
     return any(w in low for w in _NAME_WORDS) and (setter or "-" in value or "_" in value)
 
 
-def value_ok(
+def _value_ok(
     m: re.Match[str], value: str, text: str, *, key: str, core: str, setter: bool = False
 ) -> bool:
     """Is ``value`` (assigned to ``key``) a literal secret rather than code or a placeholder?"""
@@ -159,8 +165,8 @@ def value_ok(
         return False
     if re.sub(r"[_.-]", "", v.lower()) == re.sub(r"[_.-]", "", key):
         return False  # WaitForTaskToken = "waitForTaskToken": an enum, not a secret
-    password = core in _PASSWORD_CORES or core.startswith("passw")
-    if not password and (is_not_secret_key(key) or _NUMBER_RE.fullmatch(v)):
+    password = _is_password(core)
+    if not password and (_is_not_secret_key(key) or _NUMBER_RE.fullmatch(v)):
         return False  # next_token: "abc", token = -1
     if _COLOR_RE.fullmatch(v) or any(hint in v for hint in _REGEX_HINTS):
         return False  # Token: '#dcdccc' (a style), secret = r'([a-z0-9]{64})' (a pattern)
@@ -231,10 +237,9 @@ def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
     if sep.startswith(("==", "!=")):
         # a comparison gives a secret away only when the literal looks like one
         v = value.strip()
-        password = core in _PASSWORD_CORES or core.startswith("passw")
-        if not (password and not v.isalpha()) and not looks_random(v):
+        if not (_is_password(core) and not v.isalpha()) and not looks_random(v):
             return False
-    return value_ok(m, value, text, key=key, core=core, setter=sep == ",")
+    return _value_ok(m, value, text, key=key, core=core, setter=sep == ",")
 
 
 # --- XML -------------------------------------------------------------------------------------
@@ -274,7 +279,7 @@ def _xml_element_ok(m: re.Match[str], value: str, text: str) -> bool:
     core = _secret_key_core(name)
     if core is None:
         return False
-    return value_ok(m, value, text, key=name.lower(), core=core) or (
+    return _value_ok(m, value, text, key=name.lower(), core=core) or (
         m.group("secret") is None and not is_placeholder(value)
     )
 
@@ -307,7 +312,7 @@ _PROSE_WORDS = (" and", " or", " the", " with", " via", " use", " a", " your")
 
 
 def _flag_ok(m: re.Match[str], value: str, text: str) -> bool:
-    if is_not_secret_key(m.group("flag")) or _is_name(value, setter=False) or value == "\\":
+    if _is_not_secret_key(m.group("flag")) or _is_name(value, setter=False) or value == "\\":
         return False  # --change-token X, --password smb-server-password
     if "_" in value and _IDENT_RE.fullmatch(value) and value.isupper():
         return False  # --access-token ACCESS_TOKEN
