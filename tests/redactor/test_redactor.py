@@ -266,6 +266,27 @@ PROVIDER_TOKENS = [
 ]
 
 
+# Issue 8: formats well-known scanners cover and the redactor did not.
+PROVIDER_TOKENS += [
+    "sgp_" + HEX40[:16] + "_" + HEX40,  # Sourcegraph
+    "sgp_" + HEX40,
+    "EAAC" + _b(160),  # Facebook
+    "A3-QSWWYB-798JRY-LJVD4-23DC2-86TVM-H43EB",  # 1Password secret key
+    "ops_eyJ" + _b(300),  # 1Password service account
+    "HRKU-AA" + _b(58),  # Heroku
+    "glsa_" + _b(32) + "_" + HEX40[:8],  # Grafana
+    "ABSK" + _b(120),  # Amazon Bedrock
+    "dckr_pat_" + _b(27),  # Docker Hub
+    "ATATT3" + _b(186),  # Atlassian
+    "ghp_" + _b(850),  # any length
+]
+
+
+def test_sidekiq_enterprise_credentials() -> None:
+    text = "BUNDLE_ENTERPRISE__CONTRIBSYS__COM: cafe1234:deadbeef"
+    assert redact(text) == "BUNDLE_ENTERPRISE__CONTRIBSYS__COM: " + R
+
+
 @pytest.mark.parametrize("token", PROVIDER_TOKENS, ids=lambda t: t[:10])
 def test_provider_tokens_in_prose(token: str) -> None:
     text = f"the deploy used {token} until yesterday"
