@@ -76,6 +76,8 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "--with-token repeated": lambda n: _rep("--with-token ", n),
     "setenv TOKEN repeated": lambda n: _rep("setenv TOKEN ", n),
     "A3- repeated": lambda n: _rep("A3-", n),
+    ";Password= then a long run": lambda n: ";Password=" + "a " * (n // 2),
+    ";Pwd= repeated": lambda n: _rep(";Pwd=", n),
     "token runs just too short": lambda n: _rep("glpat-abcdefghi ", n),
     "one token run of 1 MB with anchors": lambda n: _rep("npm_hf_sk_live_", n),
     "EAAC then long run": lambda n: "EAAC" + "a" * n,

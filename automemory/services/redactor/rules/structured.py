@@ -319,6 +319,27 @@ RULES: tuple[Rule, ...] = (
         in_token_runs=True,
     ),
     Rule(
+        "connection-string-password",
+        "connection string password",
+        "Password= / Pwd= inside a ;-separated connection string (ADO.NET, ODBC, JDBC "
+        "SQL Server), the whole value up to the next ; even with spaces",
+        (";password=", ";pwd=", "; password=", "; pwd="),
+        rx(
+            r""";[ \t]?(?:password|pwd)[ \t]{0,2}=[ \t]{0,2}
+            (?P<secret>[^;"'\n{}]{1,256}+)(?=;|"|'|$)""",
+            re.I,
+        ),
+        not_placeholder,
+        (
+            "Server=db;Database=shop;User Id=sa;Password=«My Pass 12»;Encrypt=True",
+            '"Default": "Driver={ODBC Driver 18};Server=db;Uid=app; Pwd=«s3cret pw»"',
+        ),
+        (
+            "Server=db;Database=shop;Integrated Security=true;Password=;",
+            "Server=db;User Id=sa;Password=${DB_PASSWORD};",
+        ),
+    ),
+    Rule(
         "aws-secret-key",
         "AWS secret access key",
         "AWS secret access key (40 base64 chars) next to an aws…secret keyword",
