@@ -4,6 +4,11 @@ A round: recover stale tasks, then claim and run tasks (at most `round_max_tasks
 queue is empty or a stop is asked), then the end-of-round hook (the auto-memory sweep). The
 loop holds no business rules: claiming, quota, finishing and recovery are services.
 
+Recovery does not wait for a round: a background thread re-queues stale tasks every
+heartbeat interval while the worker runs, whatever the worker is doing. Every line logged
+while the worker runs carries its id, and the task's id while it handles one
+(`controlplane.logging.log_context`).
+
 Signals (installed by `run_worker`): the first SIGINT/SIGTERM lets the task in hand finish
 and then exits; the second kills the executor's subprocess, re-queues the task as a resume of
 the same turn and exits at once.
@@ -11,6 +16,7 @@ the same turn and exits at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -24,6 +30,7 @@ from django.utils import timezone
 
 from automemory.services import extractor, injector
 from controlplane import selectors
+from controlplane.logging import context_thread, log_context
 from controlplane.models import Task
 from worker import services
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
@@ -60,21 +67,29 @@ class Heartbeat:
     """Refreshes a task's heartbeat from its own thread (and its own DB connection).
 
     If the task is no longer ours (it was recovered after a stall), the running execution
-    is cancelled: someone else owns the task now.
+    is cancelled: someone else owns the task now. Every `progress_seconds` (0: never) it logs
+    that the task is still running, so a long turn shows in the logs before it ends.
     """
 
     def __init__(
-        self, *, task_id: int, worker_id: str, interval: float, control: ExecutionControl
+        self,
+        *,
+        task_id: int,
+        worker_id: str,
+        interval: float,
+        control: ExecutionControl,
+        progress_seconds: float = 0,
+        turn: int | None = None,
     ) -> None:
         self.task_id = task_id
         self.worker_id = worker_id
         self.interval = interval
         self.control = control
+        self.progress_seconds = progress_seconds
+        self.turn = turn
         self.lost = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-task-{task_id}", daemon=True
-        )
+        self._thread = context_thread(target=self._run, name=f"heartbeat-task-{task_id}")
 
     def __enter__(self) -> Heartbeat:
         if self.interval > 0:
@@ -87,8 +102,18 @@ class Heartbeat:
             self._thread.join()
 
     def _run(self) -> None:
+        started = last_progress = time.monotonic()
         try:
             while not self._stop.wait(self.interval):
+                now = time.monotonic()
+                if self.progress_seconds > 0 and now - last_progress >= self.progress_seconds:
+                    last_progress = now
+                    logger.info(
+                        "task %s turn %s still running after %.0fs",
+                        self.task_id,
+                        self.turn,
+                        now - started,
+                    )
                 try:
                     owned = services.task_heartbeat(task_id=self.task_id, worker_id=self.worker_id)
                 except Exception:
@@ -107,6 +132,43 @@ class Heartbeat:
             connection.close()  # this thread's own connection
 
 
+class StaleTaskRecovery:
+    """Re-queues stale tasks (any worker's) every `interval` from its own thread and connection.
+
+    It runs for the worker's whole life, so the task of a dead worker is found within
+    `WORKER_STALE_AFTER_SECONDS` + one interval even while every live worker is busy in a long
+    turn or an end-of-round sweep. Several workers recovering at once is safe: each task is
+    taken back by a conditional update. Each pass also refreshes the worker's `last_seen_at`.
+    """
+
+    def __init__(self, *, worker: Worker, interval: float) -> None:
+        self.worker = worker
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = context_thread(target=self._run, name=f"recovery-{worker.worker_id}")
+
+    def start(self) -> None:
+        if self.interval > 0:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                try:
+                    self.worker.recover_stale()  # logs each task it re-queues
+                    services.worker_seen(worker_id=self.worker.worker_id)
+                except Exception:
+                    logger.warning("stale task recovery failed; retrying", exc_info=True)
+                    connection.close()  # a broken connection is reopened on the next pass
+        finally:
+            connection.close()  # this thread's own connection
+
+
 class Worker:
     def __init__(
         self,
@@ -117,6 +179,7 @@ class Worker:
         heartbeat_seconds: float | None = None,
         stale_after_seconds: float | None = None,
         round_max_tasks: int | None = None,
+        progress_log_seconds: float | None = None,
     ) -> None:
         self.executor = executor
         self.worker_id = worker_id or services.worker_id_default()
@@ -127,10 +190,13 @@ class Worker:
             seconds=_setting(stale_after_seconds, "WORKER_STALE_AFTER_SECONDS")
         )
         self.round_max_tasks = int(_setting(round_max_tasks, "WORKER_ROUND_MAX_TASKS"))
+        self.progress_log_seconds = _setting(progress_log_seconds, "WORKER_PROGRESS_LOG_SECONDS")
         self.stopping = False  # first signal: finish the task in hand, then leave
         self.aborting = False  # second signal: stop the task in hand, re-queue it, leave
         self._control: ExecutionControl | None = None
         self._in_hook = False
+        self._recovery: StaleTaskRecovery | None = None
+        self._log_context = contextlib.ExitStack()
 
     # --- Entry points -------------------------------------------------------------------------
 
@@ -218,18 +284,28 @@ class Worker:
 
     def run_one(self, task: Task) -> RunReport:
         """Run one claimed task to its end (completed, failed, refused or re-queued)."""
-        started = time.monotonic()
-        outcome, reason = self._run_claimed(task)
-        seconds = time.monotonic() - started
-        logger.info(
-            "task %s turn %s%s: %s in %.2fs%s",
-            task.pk,
-            task.turn,
-            " (resume)" if task.is_resume else "",
-            outcome,
-            seconds,
-            f" ({reason[:200]})" if reason else "",
-        )
+        with log_context(task_id=task.pk):
+            logger.info(
+                "task %s turn %s%s: started (executor %s, user %s, project %s)",
+                task.pk,
+                task.turn,
+                " (resume)" if task.is_resume else "",
+                self.executor.name,
+                task.user_id,
+                task.project_id,
+            )
+            started = time.monotonic()
+            outcome, reason = self._run_claimed(task)
+            seconds = time.monotonic() - started
+            logger.info(
+                "task %s turn %s%s: %s in %.2fs%s",
+                task.pk,
+                task.turn,
+                " (resume)" if task.is_resume else "",
+                outcome,
+                seconds,
+                f" ({reason[:200]})" if reason else "",
+            )
         return RunReport(
             task_id=task.pk, turn=task.turn, outcome=outcome, seconds=seconds, reason=reason
         )
@@ -333,6 +409,8 @@ class Worker:
                 worker_id=self.worker_id,
                 interval=self.heartbeat_seconds,
                 control=control,
+                progress_seconds=self.progress_log_seconds,
+                turn=request.turn,
             ) as heartbeat:
                 try:
                     result = self.executor.execute(request, control=control)
@@ -365,6 +443,7 @@ class Worker:
             time.sleep(min(left, 0.1))
 
     def _started(self) -> None:
+        self._log_context.enter_context(log_context(worker_id=self.worker_id))
         services.worker_register(worker_id=self.worker_id, executor=self.executor.name)
         logger.info(
             "worker %s started (executor %s, poll %.2gs)",
@@ -372,13 +451,19 @@ class Worker:
             self.executor.name,
             self.poll_interval,
         )
+        self._recovery = StaleTaskRecovery(worker=self, interval=self.heartbeat_seconds)
+        self._recovery.start()
 
     def _stopped(self) -> None:
+        if self._recovery is not None:
+            self._recovery.stop()
+            self._recovery = None
         try:
             services.worker_stopped(worker_id=self.worker_id)
         except Exception:
             logger.warning("could not mark worker %s stopped", self.worker_id, exc_info=True)
         logger.info("worker %s stopped", self.worker_id)
+        self._log_context.close()
 
 
 def _refresh_connections() -> None:

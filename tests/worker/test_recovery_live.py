@@ -1,0 +1,128 @@
+"""A worker killed with SIGKILL: its task is re-queued by a worker busy in a long turn.
+
+Real `manage.py run_worker` processes on the test's database (SQLite file or PostgreSQL).
+Recovery runs from each worker's background thread every heartbeat, so it does not wait for
+a round: the bound is WORKER_STALE_AFTER_SECONDS + one WORKER_HEARTBEAT_SECONDS after the
+kill, checked on the time the recovery's audit event records (slack: one more heartbeat).
+"""
+
+import contextlib
+import os
+import shlex
+import signal
+import sys
+import textwrap
+
+import pytest
+from django.utils import timezone
+
+from controlplane.models import AuditEvent, TaskStatus
+from tests.worker.conftest import wait_for
+from worker.models import TaskRun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STALE_SECONDS = 3
+HEARTBEAT_SECONDS = 1
+
+
+@pytest.fixture
+def long_agent(tmp_path):
+    """A `command` agent that sleeps for a minute; every agent still alive is killed after."""
+    pid_dir = tmp_path / "agents"
+    pid_dir.mkdir()
+    script = tmp_path / "long_agent.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys, time
+            sys.stdin.read()
+            open(os.path.join({str(pid_dir)!r}, str(os.getpid())), "w").close()
+            time.sleep(60)
+            print("long agent finished")
+            """
+        )
+    )
+    yield f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
+    for pid_file in pid_dir.iterdir():
+        # Each agent leads its own process group (the worker starts it in a new session).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(int(pid_file.name), signal.SIGKILL)
+
+
+def _running_under(db, task_id, worker_id, procs):
+    wait_for(
+        lambda: db.tasks().filter(pk=task_id, status=TaskStatus.RUNNING, worker_id=worker_id),
+        timeout=30,
+        message=f"task {task_id} never ran under {worker_id}:\n{procs.logs()}",
+    )
+
+
+def test_a_killed_workers_task_is_requeued_within_the_bound_while_the_others_are_busy(
+    shared_db, worker_processes, long_agent
+):
+    first, second = shared_db.seed_tasks(2)
+    env = {
+        "WORKER_COMMAND": long_agent,
+        "WORKER_STALE_AFTER_SECONDS": str(STALE_SECONDS),
+        "WORKER_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
+        "WORKER_PROGRESS_LOG_SECONDS": "1",
+    }
+    args = ("--executor", "command", "--poll-interval", "0.05")
+    doomed = worker_processes.start(shared_db, *args, "--worker-id", "w1", env=env)
+    _running_under(shared_db, first, "w1", worker_processes)
+    busy = worker_processes.start(shared_db, *args, "--worker-id", "w2", env=env)
+    _running_under(shared_db, second, "w2", worker_processes)
+
+    killed_at = timezone.now()
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait()
+
+    event = wait_for(
+        lambda: (
+            AuditEvent.objects.using(shared_db.alias)
+            .filter(action="worker_task_recovered", target_id=str(first))
+            .first()
+        ),
+        timeout=60,
+        interval=0.1,
+        message=f"the killed worker's task was never recovered:\n{worker_processes.logs()}",
+    )
+    seconds = (event.created_at - killed_at).total_seconds()
+    print(f"\nkill to re-queue: {seconds:.2f}s (bound {STALE_SECONDS + HEARTBEAT_SECONDS}s)")
+    assert seconds <= STALE_SECONDS + HEARTBEAT_SECONDS + HEARTBEAT_SECONDS, worker_processes.logs()
+    # Not early either: the last heartbeat was older than the stale threshold.
+    last_heartbeat = timezone.datetime.fromisoformat(event.data["last_heartbeat_at"])
+    assert (event.created_at - last_heartbeat).total_seconds() >= STALE_SECONDS
+    # Found by the other worker while it was busy in its own long turn.
+    assert event.actor_label == "worker:w2"
+    assert event.data["stale_worker_id"] == "w1"
+    assert busy.poll() is None
+    assert shared_db.tasks().get(pk=second).status == TaskStatus.RUNNING
+    task = shared_db.tasks().get(pk=first)
+    assert (task.status, task.is_resume, task.turn, task.worker_id) == (
+        TaskStatus.QUEUED,
+        True,
+        1,
+        "",
+    )
+
+    # Claimed again: a fresh worker runs it as a resume of the same turn.
+    again = worker_processes.start(shared_db, "--once", "--executor", "echo", "--worker-id", "w3")
+    assert worker_processes.wait(again, timeout=60) == 0, worker_processes.log(again)
+    task = shared_db.tasks().get(pk=first)
+    assert task.status == TaskStatus.COMPLETED
+    runs = TaskRun.objects.using(shared_db.alias).filter(task_id=first).order_by("id")
+    assert [(r.worker_id, r.outcome, r.is_resume) for r in runs] == [
+        ("w1", "lost", False),
+        ("w3", "completed", True),
+    ]
+
+    # The lines carry the worker and task ids: start, progress, recovery.
+    doomed_log, busy_log = worker_processes.log(doomed), worker_processes.log(busy)
+    assert (
+        f"[worker=w1 task={first}]: task {first} turn 1: started (executor command, user "
+        in doomed_log
+    )
+    assert f"[worker=w2 task={second}]: task {second} turn 1 still running after" in busy_log
+    assert f"[worker=w2]: task {first} turn 1: worker w1 stopped heart-beating" in busy_log
