@@ -4,6 +4,7 @@ Every value can be set by an environment variable or a `.env` file beside `manag
 `DATABASE_URL` defaults to a SQLite file under `var/` in the checkout.
 """
 
+import ipaddress
 from decimal import Decimal
 from pathlib import Path
 
@@ -183,43 +184,33 @@ WORKER_CODEX_PRICES = env.json(
 # A round runs at most this many tasks before the end-of-round hook (the memory sweep).
 WORKER_ROUND_MAX_TASKS = env.int("WORKER_ROUND_MAX_TASKS", default=20)
 
-# --- Auto memory (app defaults live in automemory/conf.py; override with AUTOMEMORY_*) -------
+# --- Health and metrics (docs/operations.md) ------------------------------------------------
+# /healthz and /readyz are always on. /metrics answers 404 unless METRICS_ENABLED; then only
+# clients in METRICS_ALLOWED_IPS (addresses or networks; empty: any) carrying
+# `Authorization: Bearer <METRICS_BEARER_TOKEN>` (when set) may read it. Several processes
+# add up their counters through PROMETHEUS_MULTIPROC_DIR (an environment variable only).
+METRICS_ENABLED = env.bool("METRICS_ENABLED", default=False)
+METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="")
+METRICS_ALLOWED_IPS = env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"])
+try:
+    [ipaddress.ip_network(entry, strict=False) for entry in METRICS_ALLOWED_IPS if entry]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"METRICS_ALLOWED_IPS: {exc}") from None
+MIDDLEWARE.insert(0, "controlplane.metrics.request_metrics_middleware")
 
-# --- Logging (controlplane/logging.py) ------------------------------------------------------
-# plain (default) or json: one JSON object a line. Lines logged by a worker carry its id, and
-# the task's id while it handles one.
-LOG_FORMAT = env.str("LOG_FORMAT", default="plain").lower()
-if LOG_FORMAT not in ("plain", "json"):
-    raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}.")
-# A worker logs that a task is still running every this many seconds (0: never).
-WORKER_PROGRESS_LOG_SECONDS = env.float("WORKER_PROGRESS_LOG_SECONDS", default=60.0)
+# --- Auto memory (app defaults live in automemory/conf.py; override with AUTOMEMORY_*) -------
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {
-        "log_context": {"()": "controlplane.logging.LogContextFilter"},
-        "access_line": {"()": "controlplane.logging.AccessLineFilter"},
-    },
     "formatters": {
-        "plain": {"()": "controlplane.logging.PlainFormatter"},
-        "json": {"()": "controlplane.logging.JsonFormatter"},
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
     },
     "handlers": {
-        "console": {
-            "class": "logging.StreamHandler",
-            "formatter": LOG_FORMAT,
-            "filters": ["log_context"],
-        },
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
-        # Django's own console handler on "django" wrote each 4xx (django.request) a second
-        # time beside the root's: records propagate to the root handler only. runserver's
-        # access lines (django.server) use the same handler, without the 4xx/5xx that
-        # django.request has logged already.
-        "django": {"handlers": [], "propagate": True},
-        "django.server": {"handlers": ["console"], "filters": ["access_line"], "propagate": False},
         "django.db.backends": {"level": "WARNING"},
     },
 }

@@ -11,10 +11,11 @@ import logging
 import os
 import socket
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -23,6 +24,7 @@ from controlplane.models import Task, TaskEvent, TaskStatus, UsageKind
 from controlplane.services.audit import audit_record
 from controlplane.services.quota import quota_status_get
 from controlplane.services.usage import usage_record
+from worker import metrics
 from worker.executors.base import ExecutionResult
 from worker.models import RunOutcome, TaskRun, WorkerProcess
 
@@ -66,6 +68,57 @@ def worker_stopped(*, worker_id: str, now: datetime | None = None) -> None:
     WorkerProcess.objects.filter(worker_id=worker_id).update(last_seen_at=now, stopped_at=now)
 
 
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A worker process as an operator sees it: `state` is alive, stale or stopped."""
+
+    process: WorkerProcess
+    state: str
+    task_ids: list[int]
+
+
+def workers_status_list(
+    *,
+    include_stopped: bool = False,
+    stale_after: timedelta | None = None,
+    limit: int = 100,
+    now: datetime | None = None,
+) -> list[WorkerStatus]:
+    """The newest worker processes (running ones only unless `include_stopped`), each with
+    whether it looks alive and the tasks it holds; two queries.
+
+    Alive: not stopped and seen (each round, each task heartbeat) within `stale_after`
+    (default `WORKER_STALE_AFTER_SECONDS`); stale: not stopped but silent longer (killed,
+    or its host lost); its tasks are then recovered by the other workers.
+    """
+    now = now or timezone.now()
+    if stale_after is None:
+        stale_after = timedelta(seconds=settings.WORKER_STALE_AFTER_SECONDS)
+    processes = WorkerProcess.objects.order_by("-started_at", "-id")
+    if not include_stopped:
+        processes = processes.filter(stopped_at__isnull=True)
+    processes = list(processes[:limit])
+    held: dict[str, list[int]] = {}
+    for worker_id, task_id in (
+        Task.objects.filter(
+            status=TaskStatus.RUNNING, worker_id__in=[p.worker_id for p in processes]
+        )
+        .order_by("id")
+        .values_list("worker_id", "id")
+    ):
+        held.setdefault(worker_id, []).append(task_id)
+    statuses = []
+    for process in processes:
+        if process.stopped_at is not None:
+            state = "stopped"
+        elif process.last_seen_at < now - stale_after:
+            state = "stale"
+        else:
+            state = "alive"
+        statuses.append(WorkerStatus(process, state, held.get(process.worker_id, [])))
+    return statuses
+
+
 # --- Claiming ---------------------------------------------------------------------------------
 
 
@@ -102,6 +155,7 @@ def task_claim_next(
                 return None
             claimed = _task_claim(task=task, worker_id=worker_id, executor=executor, now=now)
         if claimed is not None:
+            metrics.task_claims.labels(claimed.executor).inc()
             return claimed
     return None
 
@@ -145,8 +199,12 @@ def _owned(*, task_id: int, worker_id: str):
 
 
 def task_heartbeat(*, task_id: int, worker_id: str, now: datetime | None = None) -> bool:
-    """Refresh the heartbeat; False if the task is no longer running under `worker_id`."""
+    """Refresh the heartbeat; False if the task is no longer running under `worker_id`.
+
+    The worker's own `last_seen_at` moves with it, so a worker in a long turn looks alive.
+    """
     now = now or timezone.now()
+    WorkerProcess.objects.filter(worker_id=worker_id).update(last_seen_at=now)
     return _owned(task_id=task_id, worker_id=worker_id).update(heartbeat_at=now) == 1
 
 
@@ -226,6 +284,8 @@ def task_finish(
                     for event in result.events
                 ]
             )
+    outcomes = metrics.task_completions if status == TaskStatus.COMPLETED else metrics.task_failures
+    outcomes.labels(executor).inc()
     return True
 
 
@@ -271,6 +331,7 @@ def task_refuse(*, task_id: int, worker_id: str, reason: str, now: datetime | No
             target_id=task_id,
             data={"reason": reason},
         )
+    metrics.quota_refusals.inc()
     return True
 
 
@@ -365,5 +426,6 @@ def tasks_recover_stale(
             old_worker or "?",
             heartbeat_at,
         )
+        metrics.task_recoveries.inc()
         recovered.append(task_id)
     return recovered

@@ -44,7 +44,7 @@ from django.db.models.functions import Coalesce
 from django.db.models.sql import Query
 from django.utils import timezone
 
-from automemory import conf
+from automemory import conf, metrics
 from automemory.models import (
     MAX_ERROR_ATTEMPTS,
     RETRY_CONDITION,
@@ -158,6 +158,7 @@ def process_auto_memories(
     if tasks:
         _process_batch(tasks, now=now, force=force, summary=summary)
     advance_cursor()
+    metrics.sweep_observe(summary=summary, scope="all" if user is None else "user")
     if summary.scanned:
         logger.info(
             "auto memory sweep%s: scanned %d, extracted %d, superseded %d, retracted %d, "
@@ -464,6 +465,7 @@ def _process_batch(batch: list[Task], *, now: datetime, force: bool, summary: Sw
             summary.skipped[reason] = summary.skipped.get(reason, 0) + 1
         elif verdict.outcome == Outcome.ERROR:
             summary.errors += 1
+    metrics.extractions_observe(verdicts=[(v.outcome, v.reason) for v in verdicts.values()])
 
 
 def _early_gates(

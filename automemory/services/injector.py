@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from automemory import selectors
+from automemory import metrics, selectors
 from automemory.services.preferences import effective_switch, flags_get, settings_get
 from automemory.services.provenance import (
     FENCE_NOTE,
@@ -80,6 +80,9 @@ def inject_memories(
                 },
             )
         task.injected_memory_ids = memory_ids
+        metrics.injection_observe(
+            user_memories=len(user_memories), project_memories=len(project_memories)
+        )
         return InjectionResult(
             prompt=f"{block}\n\n{prompt}",
             goal=f"{block}\n\n{goal}" if goal else goal,

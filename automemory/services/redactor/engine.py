@@ -13,6 +13,7 @@ import bisect
 import re
 from typing import cast
 
+from automemory import metrics
 from automemory.services.redactor.base import REDACTED, Rule, is_placeholder
 from automemory.services.redactor.rules import RULES
 
@@ -190,6 +191,7 @@ def redact(text: str) -> str:
     if not isinstance(text, str):
         text = str(text)
     spans = find_secrets(text)
+    metrics.redaction_observe(rule_ids=[rule_id for rule_id, _s, _e in spans])
     if not spans:
         return text
     parts: list[str] = []

@@ -1,0 +1,78 @@
+"""Prometheus counters of auto memory: sweeps, extractions, injections, redactions.
+
+Counted where the work is done (`services.extractor`, `services.injector`,
+`services.redactor`); listed with their labels in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter
+
+if TYPE_CHECKING:
+    from automemory.services.extractor import SweepSummary
+
+sweeps = Counter(
+    "automemory_sweeps",
+    "Extraction sweeps run, by scope (all users at a worker's round end, or one user's run).",
+    ["scope"],
+)
+extractions = Counter(
+    "automemory_extractions",
+    "Extraction attempts by outcome (extracted, skipped, error) and reason code.",
+    ["outcome", "reason"],
+)
+retractions = Counter(
+    "automemory_retractions",
+    "Auto memories withdrawn because their task saw external context after extraction.",
+)
+injections = Counter(
+    "automemory_injections",
+    "Task turns started with a memory block in front of their prompt.",
+)
+injected_memories = Counter(
+    "automemory_injected_memories",
+    "Memories injected into prompts, by scope (user or project memory).",
+    ["scope"],
+)
+redaction_calls = Counter(
+    "automemory_redaction_calls",
+    "Texts passed through the redactor.",
+)
+redactions = Counter(
+    "automemory_redactions",
+    "Secrets replaced by the redactor, by rule id.",
+    ["rule"],
+)
+
+
+def sweep_observe(*, summary: SweepSummary, scope: str) -> None:
+    """Count one finished sweep and the memories it retracted."""
+    sweeps.labels(scope).inc()
+    if summary.retracted:
+        retractions.inc(summary.retracted)
+
+
+def extractions_observe(*, verdicts: Iterable[tuple[str, str]]) -> None:
+    """Count a batch's extraction attempts by (outcome, reason), as written to the log."""
+    for (outcome, reason), count in collections.Counter(verdicts).items():
+        extractions.labels(outcome, reason).inc(count)
+
+
+def injection_observe(*, user_memories: int, project_memories: int) -> None:
+    """Count one injection and the memories it put in front of the prompt."""
+    injections.inc()
+    if user_memories:
+        injected_memories.labels("user").inc(user_memories)
+    if project_memories:
+        injected_memories.labels("project").inc(project_memories)
+
+
+def redaction_observe(*, rule_ids: list[str]) -> None:
+    """Count one redactor call and each secret it replaced (per call, never per character)."""
+    redaction_calls.inc()
+    for rule_id in rule_ids:
+        redactions.labels(rule_id).inc()

@@ -1,0 +1,176 @@
+"""Prometheus metrics of the host control plane, and the `/metrics` endpoint.
+
+Counters and histograms live in prometheus_client's default registry; each app defines its
+own in its `metrics` module (`automemory.metrics`, `worker.metrics`), which the endpoint
+imports by name, so this module never imports them. With `PROMETHEUS_MULTIPROC_DIR` set
+(several gunicorn processes, workers on the same host) every process writes its samples to
+that directory and a scrape adds them up. The queue gauges are read from the database at
+scrape time, so any one API process reports the same figures (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import time
+from collections.abc import Callable, Iterator
+
+from django.conf import settings
+from django.db.models import Count, Min
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.utils.module_loading import autodiscover_modules
+from django.views.decorators.http import require_safe
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from controlplane.models import Task, TaskStatus
+
+disable_created_metrics()  # no `_created` twin beside every counter and histogram
+
+# Statuses counted at scrape time: each is served by a partial index on pending work only.
+LIVE_STATUSES = (TaskStatus.QUEUED, TaskStatus.RUNNING)
+
+http_requests = Counter(
+    "controlplane_http_requests",
+    "HTTP requests answered, by method, URL route and status code.",
+    ["method", "route", "status"],
+)
+http_request_duration = Histogram(
+    "controlplane_http_request_duration_seconds",
+    "Time to answer an HTTP request, by method and URL route.",
+    ["method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+
+
+def request_metrics_middleware(get_response: Callable) -> Callable:
+    """Count every response and time it, labelled by the URL pattern (not the path)."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = match.route if match is not None and match.route else "unmatched"
+        method = request.method if request.method in _KNOWN_METHODS else "other"
+        http_request_duration.labels(method, route).observe(time.perf_counter() - started)
+        http_requests.labels(method, route, str(response.status_code)).inc()
+        return response
+
+    return middleware
+
+
+_KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class QueueCollector(Collector):
+    """Task gauges read from the database at each scrape: two index-served queries."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        counts = dict(
+            Task.objects.filter(status__in=LIVE_STATUSES)
+            .values_list("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+        by_status = GaugeMetricFamily(
+            "controlplane_tasks",
+            "Tasks now in each live status (queued, running).",
+            labels=["status"],
+        )
+        for status in LIVE_STATUSES:
+            by_status.add_metric([status.value], counts.get(status.value, 0))
+        yield by_status
+        yield GaugeMetricFamily(
+            "controlplane_queue_depth",
+            "Tasks waiting in the queue.",
+            value=counts.get(TaskStatus.QUEUED.value, 0),
+        )
+        oldest = Task.objects.filter(status=TaskStatus.QUEUED).aggregate(at=Min("queued_at"))["at"]
+        age = (timezone.now() - oldest).total_seconds() if oldest is not None else 0.0
+        yield GaugeMetricFamily(
+            "controlplane_queue_oldest_age_seconds",
+            "Seconds the oldest queued task has waited (0 when the queue is empty).",
+            value=max(age, 0.0),
+        )
+
+
+_database_registry = CollectorRegistry(auto_describe=False)
+_database_registry.register(QueueCollector())
+_apps_discovered = False
+
+
+def metrics_scrape() -> bytes:
+    """The text exposition: every app's counters (added up across processes) and the queue."""
+    global _apps_discovered
+    if not _apps_discovered:
+        autodiscover_modules("metrics")  # each app's counters, present before they first move
+        _apps_discovered = True
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    return generate_latest(registry) + generate_latest(_database_registry)
+
+
+def metrics_access_refusal(request: HttpRequest) -> HttpResponse | None:
+    """Why this request may not read the metrics (a response to send), or None if it may.
+
+    Off unless METRICS_ENABLED; then the client address must be in METRICS_ALLOWED_IPS
+    (empty: any address) and, when METRICS_BEARER_TOKEN is set, the request must carry it.
+    """
+    if not settings.METRICS_ENABLED:
+        return HttpResponse("Not found\n", status=404, content_type="text/plain")
+    allowed = _allowed_networks(tuple(settings.METRICS_ALLOWED_IPS))
+    if allowed and not _address_in(request.META.get("REMOTE_ADDR", ""), allowed):
+        return HttpResponse("Forbidden\n", status=403, content_type="text/plain")
+    token = settings.METRICS_BEARER_TOKEN
+    if token:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), token.encode()
+        ):
+            response = HttpResponse("Unauthorized\n", status=401, content_type="text/plain")
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
+    return None
+
+
+@require_safe
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """`GET /metrics`: Prometheus text format, behind `metrics_access_refusal`."""
+    refusal = metrics_access_refusal(request)
+    if refusal is not None:
+        return refusal
+    response = HttpResponse(metrics_scrape(), content_type=CONTENT_TYPE_LATEST)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+_networks_cache: dict[tuple[str, ...], list] = {}
+
+
+def _allowed_networks(entries: tuple[str, ...]) -> list:
+    if entries not in _networks_cache:
+        _networks_cache[entries] = [ipaddress.ip_network(e, strict=False) for e in entries if e]
+    return _networks_cache[entries]
+
+
+def _address_in(address: str, networks: list) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip.version == net.version and ip in net for net in networks)
