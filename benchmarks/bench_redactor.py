@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_redactor.py [--quick]
+    .venv/bin/python benchmarks/bench_redactor.py [--quick] [--baseline FILE]
 
 It prints, in one run:
 
