@@ -200,17 +200,41 @@ MIDDLEWARE.insert(0, "controlplane.metrics.request_metrics_middleware")
 
 # --- Auto memory (app defaults live in automemory/conf.py; override with AUTOMEMORY_*) -------
 
+# --- Logging (controlplane/logging.py) ------------------------------------------------------
+# plain (default) or json: one JSON object a line. Lines logged by a worker carry its id, and
+# the task's id while it handles one.
+LOG_FORMAT = env.str("LOG_FORMAT", default="plain").lower()
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}.")
+# A worker logs that a task is still running every this many seconds (0: never).
+WORKER_PROGRESS_LOG_SECONDS = env.float("WORKER_PROGRESS_LOG_SECONDS", default=60.0)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {
+        "log_context": {"()": "controlplane.logging.LogContextFilter"},
+        "access_line": {"()": "controlplane.logging.AccessLineFilter"},
+    },
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "plain": {"()": "controlplane.logging.PlainFormatter"},
+        "json": {"()": "controlplane.logging.JsonFormatter"},
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["log_context"],
+        },
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
+        # Django's own console handler on "django" wrote each 4xx (django.request) a second
+        # time beside the root's: records propagate to the root handler only. runserver's
+        # access lines (django.server) use the same handler, without the 4xx/5xx that
+        # django.request has logged already.
+        "django": {"handlers": [], "propagate": True},
+        "django.server": {"handlers": ["console"], "filters": ["access_line"], "propagate": False},
         "django.db.backends": {"level": "WARNING"},
     },
 }
