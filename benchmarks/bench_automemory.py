@@ -383,12 +383,16 @@ class UserSweepFixture:
         from automemory.models import AutoMemoryLog
         from automemory.services.content import goal_key
         from automemory.services.extractor import process_auto_memories
-        from controlplane.models import IdentityMemory
+        from controlplane.models import IdentityMemory, Task
 
         add = size - self.history
         if add <= 0:
             return
         now = timezone.now()
+        # The tasks the last measurement completed are history now: last changed a while ago.
+        Task.objects.filter(user=self.user, updated_at__gt=now - timedelta(hours=1)).update(
+            updated_at=now - timedelta(hours=1)
+        )
         extracted = self.tasks(add // 2)
         memories = IdentityMemory.objects.bulk_create(
             [

@@ -29,10 +29,8 @@ from django.db.models import (
     BooleanField,
     Case,
     DateTimeField,
-    Exists,
     F,
     Min,
-    OuterRef,
     Q,
     QuerySet,
     Value,
@@ -177,65 +175,87 @@ def process_auto_memories(
 # --- Candidate selection ---------------------------------------------------------------------
 
 
-def _not_extracted() -> Q:
-    """Never extracted (even if its memory was deleted since) and never retracted."""
-    settled_log = AutoMemoryLog.objects.filter(task=OuterRef("pk")).filter(
-        Q(outcome=Outcome.EXTRACTED) | Q(retracted_at__isnull=False)
+def _log_of(task: Task) -> AutoMemoryLog | None:
+    try:
+        return task.auto_memory_log
+    except AutoMemoryLog.DoesNotExist:
+        return None
+
+
+def _may_have_new_answer(task: Task, log: AutoMemoryLog | None, *, changed: bool) -> bool:
+    """Whether `task` (its log row `log`) goes to the gates, or to a retraction check.
+
+    Never for a task extracted (even if its memory was deleted since) or retracted. For a
+    task read because it `changed` since the cursor: not when its transient skip or error is
+    the retry set's (with its back-off), nor when it is a stable skip that holds (no change
+    since it was tried, no recheck asked); an extracted task that changed since is kept, with
+    `log_outcome` "extracted", for a retraction check only.
+    """
+    task.log_outcome = log.outcome if log is not None else None
+    if log is None:
+        return True
+    if log.outcome == Outcome.EXTRACTED:
+        return changed and log.retracted_at is None and log.last_attempt_at < task.updated_at
+    if log.retracted_at is not None:
+        return False
+    if not changed:
+        return True
+    if log.outcome == Outcome.ERROR or log.reason in TRANSIENT_REASONS:
+        return False
+    unchanged = log.last_attempt_at >= task.updated_at
+    return not (log.reason in STABLE_REASONS and not log.recheck and unchanged)
+
+
+def _examine(task_ids, *, changed: bool) -> list[Task]:
+    """The completed tasks among `task_ids` that may have a new answer, oldest change first.
+
+    Read by primary key with the log row joined, and one read of which have an auto memory,
+    so that every database does index lookups whatever the size of the history (an anti-join
+    inside an OR lets a planner scan the whole log instead).
+    """
+    if not task_ids:
+        return []
+    tasks = (
+        Task.objects.filter(pk__in=task_ids, status=TaskStatus.COMPLETED)
+        .select_related("auto_memory_log")
+        .order_by("updated_at", "id")
     )
-    auto_memory = IdentityMemory.objects.filter(
-        source=MemorySource.AUTO, source_task=OuterRef("pk")
+    with_memory = set(
+        IdentityMemory.objects.filter(
+            source=MemorySource.AUTO, source_task_id__in=task_ids
+        ).values_list("source_task_id", flat=True)
     )
-    return ~Q(Exists(settled_log)) & ~Q(Exists(auto_memory))
+    kept = []
+    for task in tasks:
+        log = _log_of(task)
+        extracted = log is not None and log.outcome == Outcome.EXTRACTED
+        if task.pk in with_memory and not extracted:
+            continue
+        if _may_have_new_answer(task, log, changed=changed):
+            kept.append(task)
+    return kept
 
 
-def _changed_since_extraction() -> Q:
-    """Extracted, then completed again (a later turn): looked at once more for a retraction."""
-    log = "auto_memory_log"
-    return Q(
-        **{
-            f"{log}__outcome": Outcome.EXTRACTED,
-            f"{log}__last_attempt_at__lt": F("updated_at"),
-        }
-    )
-
-
-def _unchanged_stable_skip() -> Q:
-    """A skip that holds until the task changes or a settings/flags change asks for a recheck."""
-    log = "auto_memory_log"
-    return Q(
-        **{
-            f"{log}__outcome": Outcome.SKIPPED,
-            f"{log}__reason__in": STABLE_REASONS,
-            f"{log}__recheck": False,
-            f"{log}__last_attempt_at__gte": F("updated_at"),
-        }
-    )
-
-
-def _fresh(completed: QuerySet[Task], *, after: tuple[datetime, int] | None) -> QuerySet[Task]:
+def _fresh(
+    completed: QuerySet[Task], *, after: tuple[datetime, int] | None, limit: int
+) -> tuple[list[Task], tuple[datetime, int] | None]:
     """Completed tasks changed since `after` that may have a new answer, in (updated_at, id) order.
 
-    Transient skips and errors already tried are the retry set's, with their back-off. Each
-    task carries `log_outcome`: `extracted` marks one that is only checked for a retraction.
+    The completed tasks changed since `after` (a range scan of the `(.., updated_at, id)`
+    index, at most `limit`), then those of them that may have a new answer. Also returns
+    where the read stopped when it took `limit` changed tasks (None: it read every change).
     """
-    fresh = completed.filter(_not_extracted() | _changed_since_extraction())
+    changed = completed
     if after is not None:
         updated_at, task_id = after
-        # The first term lets the (.., updated_at, id) index bound the scan on every database.
-        fresh = fresh.filter(
+        # The first term bounds the index scan on every database.
+        changed = changed.filter(
             Q(updated_at__gte=updated_at)
             & (Q(updated_at__gt=updated_at) | Q(updated_at=updated_at, id__gt=task_id))
         )
-    return (
-        fresh.exclude(_unchanged_stable_skip())
-        .exclude(
-            auto_memory_log__outcome=Outcome.SKIPPED,
-            auto_memory_log__reason__in=TRANSIENT_REASONS,
-        )
-        .exclude(auto_memory_log__outcome=Outcome.ERROR)
-        .annotate(log_outcome=F("auto_memory_log__outcome"))
-        .order_by("updated_at", "id")
-    )
+    points = list(changed.order_by("updated_at", "id").values_list("updated_at", "id")[:limit])
+    fresh = _examine([task_id for _, task_id in points], changed=True)
+    return fresh, points[-1] if len(points) >= limit else None
 
 
 def _cursor(state: SweepState | None) -> tuple[datetime, int] | None:
@@ -264,12 +284,12 @@ def _user_sweep_name(user_id: int) -> str:
     return f"user:{user_id}"
 
 
-def _cursor_advancer(name: str, fresh_tasks: list[Task], *, read_at: datetime, limit: int):
+def _cursor_advancer(name: str, *, read_at: datetime, stopped_at: tuple[datetime, int] | None):
     """Move the sweep state `name` past what the fresh read covered; stamp `last_sweep_at`.
 
     The read covered every task up to `read_at - margin` (those it did not return were
     extracted, unchanged stable skips or the retry set's: a change bumps them past the
-    cursor), or, when it stopped at `limit`, up to its last task. The cursor moves over both
+    cursor), or, when it stopped at its limit, up to `stopped_at`. The cursor moves over both
     kinds, so it keeps up with the clock even when nothing is returned, and the next read
     starts where work may be. It never passes `read_at - margin`: a transaction that commits
     late with an older `updated_at` is still read next round.
@@ -278,9 +298,8 @@ def _cursor_advancer(name: str, fresh_tasks: list[Task], *, read_at: datetime, l
     def advance_cursor() -> None:
         wall = timezone.now()
         point = (read_at - CURSOR_SAFETY_MARGIN, 0)
-        if len(fresh_tasks) >= limit:
-            last = fresh_tasks[-1]
-            point = min(point, (last.updated_at, last.pk))
+        if stopped_at is not None:
+            point = min(point, stopped_at)
         updated_at, task_id = point
         if name != GLOBAL_SWEEP:
             # One statement whether the user's row exists or not. Two sweeps of one user at
@@ -330,7 +349,7 @@ def _user_candidates(*, user, force: bool, limit: int):
     after = max((point for point in points if point is not None), default=None)
     completed = Task.objects.filter(user=user, status=TaskStatus.COMPLETED)
     read_at = timezone.now()
-    fresh_tasks = list(_fresh(completed, after=after)[:limit])
+    fresh_tasks, stopped_at = _fresh(completed, after=after, limit=limit)
 
     logs = AutoMemoryLog.objects.filter(user=user, retracted_at__isnull=True)
     sources = [logs.filter(_as_index_spells_it(AutoMemoryLog, RETRY_CONDITION))]
@@ -342,8 +361,8 @@ def _user_candidates(*, user, force: bool, limit: int):
             source.order_by("last_attempt_at").values_list("task_id", flat=True)[:limit]
         )
     again_ids -= {task.pk for task in fresh_tasks}
-    again = list(completed.filter(_not_extracted(), pk__in=again_ids)) if again_ids else []
-    return fresh_tasks + again, _cursor_advancer(name, fresh_tasks, read_at=read_at, limit=limit)
+    again = _examine(sorted(again_ids), changed=False)
+    return fresh_tasks + again, _cursor_advancer(name, read_at=read_at, stopped_at=stopped_at)
 
 
 def _global_candidates(*, now: datetime, force: bool, limit: int):
@@ -356,7 +375,7 @@ def _global_candidates(*, now: datetime, force: bool, limit: int):
     state, _ = SweepState.objects.get_or_create(name=GLOBAL_SWEEP)
     completed = Task.objects.filter(status=TaskStatus.COMPLETED)
     read_at = timezone.now()
-    fresh_tasks = list(_fresh(completed, after=_cursor(state))[:limit])
+    fresh_tasks, stopped_at = _fresh(completed, after=_cursor(state), limit=limit)
 
     logs = AutoMemoryLog.objects.filter(retracted_at__isnull=True)
     if force:
@@ -371,8 +390,8 @@ def _global_candidates(*, now: datetime, force: bool, limit: int):
     retry_ids = set(retry.order_by("last_attempt_at").values_list("task_id", flat=True)[:limit]) - {
         task.pk for task in fresh_tasks
     }
-    retry_tasks = list(completed.filter(_not_extracted(), pk__in=retry_ids)) if retry_ids else []
-    advance_cursor = _cursor_advancer(GLOBAL_SWEEP, fresh_tasks, read_at=read_at, limit=limit)
+    retry_tasks = _examine(sorted(retry_ids), changed=False)
+    advance_cursor = _cursor_advancer(GLOBAL_SWEEP, read_at=read_at, stopped_at=stopped_at)
     return fresh_tasks + retry_tasks, advance_cursor
 
 
