@@ -113,7 +113,8 @@ def _monthly_spend_add(*, user_id: int, month: date, cost_usd: Decimal) -> None:
 
 
 def monthly_spend_get(*, user_ids, month: date) -> dict[int, Decimal]:
-    """The spend of each user in `month` (0 when nothing was recorded): one indexed read."""
+    """The spend of each user in `month` (a user with nothing recorded is left out): one read
+    of the unique (user, month) index."""
     user_ids = list(user_ids)
     if not user_ids:
         return {}
