@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
 
@@ -71,8 +71,17 @@ def injection_observe(*, user_memories: int, project_memories: int) -> None:
         injected_memories.labels("project").inc(project_memories)
 
 
+_redactions_by_rule: dict[str, Any] = {}
+
+
 def redaction_observe(*, rule_ids: list[str]) -> None:
-    """Count one redactor call and each secret it replaced (per call, never per character)."""
+    """Count one redactor call and each secret it replaced (per call, never per character).
+
+    Each rule's child counter is looked up once per process: `labels()` costs microseconds.
+    """
     redaction_calls.inc()
     for rule_id in rule_ids:
-        redactions.labels(rule_id).inc()
+        child = _redactions_by_rule.get(rule_id)
+        if child is None:
+            child = _redactions_by_rule[rule_id] = redactions.labels(rule_id)
+        child.inc()
