@@ -18,11 +18,20 @@ CODEX_BIN := $(CODEX_DIR)/bin/codex
 
 .PHONY: run test setup lint codex-cli
 
-run: setup
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py demo_setup
-	$(PY) manage.py demo_auto_memory
-	$(PY) manage.py run_main --addrport $(ADDR)
+# `make run` serves as a deployment does (DEBUG off, gunicorn, static files by whitenoise),
+# with a secret key generated once into var/ (an exported SECRET_KEY wins). ADDR=HOST:PORT.
+DEV_SECRET_KEY := var/dev-secret-key
+RUN_ENV = DEBUG=False SECRET_KEY="$${SECRET_KEY:-$$(cat $(DEV_SECRET_KEY))}"
+
+run: setup $(DEV_SECRET_KEY)
+	$(RUN_ENV) $(PY) manage.py migrate --noinput
+	$(RUN_ENV) $(PY) manage.py demo_setup
+	$(RUN_ENV) $(PY) manage.py demo_auto_memory --addrport $(ADDR)
+	$(RUN_ENV) $(PY) manage.py run_main --addrport $(ADDR)
+
+$(DEV_SECRET_KEY):
+	mkdir -p $(@D)
+	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
 
 test: setup codex-cli
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -19,13 +19,31 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 DEVELOPMENT_SECRET_KEY = "dev-insecure-0f3c1f2e-change-me-in-production"
 
-DEBUG = env.bool("DEBUG", default=True)
+# Off unless set: `make run` and the test settings (tests/settings.py) set what they need.
+DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
 if not DEBUG and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
     raise ImproperlyConfigured("Set SECRET_KEY: the development key must not run with DEBUG=False.")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 
 INSTALLED_APPS = [
+# --- HTTPS (docs/deploy.md) -----------------------------------------------------------------
+# Off by default, so the app also serves plain HTTP behind a TLS-terminating proxy; a
+# deployment turns them on. SECURE_PROXY_SSL_HEADER=true trusts the proxy's X-Forwarded-Proto.
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+# Paths (regexes, no leading slash) a load balancer or Prometheus may reach over plain HTTP.
+SECURE_REDIRECT_EXEMPT = env.list(
+    "SECURE_REDIRECT_EXEMPT", default=[r"^healthz$", r"^readyz$", r"^metrics$"]
+)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
+if env.bool("SECURE_PROXY_SSL_HEADER", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -44,6 +62,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "controlplane.middleware.malformed_session_cookie_middleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -108,6 +127,13 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
 
+# whitenoise serves STATIC_ROOT with DEBUG off too: compressed files with hashed names, so they
+# are cached for good. The manifest comes from `collectstatic` (run_main and deployments run
+# it; with DEBUG on, names are not hashed and the apps' own files are served without it).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 # Request bodies larger than this are refused with 400 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
 

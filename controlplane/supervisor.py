@@ -13,7 +13,8 @@ class Supervisor:
     A SIGINT or SIGTERM is forwarded once to every child (a worker finishes the task in hand);
     a second one is forwarded again (a worker then exits at once). Children still running
     `grace_seconds` after being asked to stop are killed. `run()` returns the exit code of
-    the first child to exit, or 0 when the supervisor was stopped by a signal.
+    the first child to exit, or 0 when the supervisor was stopped by a signal. `pass_fds`
+    names the file descriptors (a listening socket) a child inherits.
     """
 
     def __init__(
@@ -22,10 +23,12 @@ class Supervisor:
         *,
         grace_seconds: float = 30.0,
         poll_seconds: float = 0.2,
+        pass_fds: Mapping[str, Sequence[int]] | None = None,
     ):
         self.commands = dict(commands)
         self.grace_seconds = grace_seconds
         self.poll_seconds = poll_seconds
+        self.pass_fds = dict(pass_fds or {})
         self.children: dict[str, subprocess.Popen] = {}
         self._pending_signals: list[int] = []
 
@@ -43,7 +46,9 @@ class Supervisor:
             for name, command in self.commands.items():
                 # Each child gets its own session, so a terminal's Ctrl-C reaches it once,
                 # through us, rather than twice.
-                self.children[name] = subprocess.Popen(command, start_new_session=True)
+                self.children[name] = subprocess.Popen(
+                    command, start_new_session=True, pass_fds=self.pass_fds.get(name, ())
+                )
             code = self._wait_for_first_exit()
             self._stop_all()
             return code

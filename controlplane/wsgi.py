@@ -1,3 +1,5 @@
+"""The WSGI application: `gunicorn controlplane.wsgi` (Procfile, `manage.py run_main`)."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application

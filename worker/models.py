@@ -20,6 +20,7 @@ class WorkerProcess(models.Model):
     class Meta:
         db_table = "worker_processes"
         ordering = ["-started_at", "-id"]
+        verbose_name_plural = "worker processes"
 
     def __str__(self) -> str:
         return self.worker_id

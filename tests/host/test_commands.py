@@ -6,6 +6,7 @@ import sys
 import threading
 import time
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -79,18 +80,37 @@ def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-SLEEPER = python(
-    "import signal, sys, time\n"
-    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
-    "signal.signal(signal.SIGINT, lambda *a: sys.exit(8))\n"
-    "time.sleep(60)"
-)
+def sleeper(ready: Path) -> list[str]:
+    """A child that exits 7 on SIGTERM and 8 on SIGINT; `ready` appears once it handles them.
 
-
-def test_the_supervisor_stops_the_rest_when_one_child_exits():
-    supervisor = Supervisor(
-        {"sleeper": SLEEPER, "quitter": python("import sys; sys.exit(3)")}, poll_seconds=0.05
+    A signal that arrives before the handlers are installed kills the child instead
+    (return code -15), so tests signal it only once it is ready.
+    """
+    return python(
+        "import pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+        "signal.signal(signal.SIGINT, lambda *a: sys.exit(8))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(60)"
     )
+
+
+def wait_for(*paths: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(path.exists() for path in paths):
+        assert time.monotonic() < deadline, f"not ready after {timeout:g}s: {paths}"
+        time.sleep(0.01)
+
+
+def test_the_supervisor_stops_the_rest_when_one_child_exits(tmp_path):
+    ready = tmp_path / "sleeper-ready"
+    quitter = python(
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(ready)!r}):\n"
+        "    time.sleep(0.01)\n"
+        "sys.exit(3)"
+    )
+    supervisor = Supervisor({"sleeper": sleeper(ready), "quitter": quitter}, poll_seconds=0.05)
 
     started = time.monotonic()
     code = supervisor.run()
@@ -100,12 +120,18 @@ def test_the_supervisor_stops_the_rest_when_one_child_exits():
     assert supervisor.children["sleeper"].returncode == 7  # it was sent SIGTERM
 
 
-def test_the_supervisor_passes_a_signal_on_to_every_child():
-    supervisor = Supervisor({"a": SLEEPER, "b": SLEEPER}, poll_seconds=0.05)
-    timer = threading.Timer(1.0, lambda: supervisor._on_signal(signal.SIGINT, None))
-    timer.start()
+def test_the_supervisor_passes_a_signal_on_to_every_child(tmp_path):
+    ready = [tmp_path / "a-ready", tmp_path / "b-ready"]
+    supervisor = Supervisor({"a": sleeper(ready[0]), "b": sleeper(ready[1])}, poll_seconds=0.05)
 
+    def interrupt_when_ready():
+        wait_for(*ready)
+        supervisor._on_signal(signal.SIGINT, None)
+
+    thread = threading.Thread(target=interrupt_when_ready)
+    thread.start()
     code = supervisor.run()
+    thread.join()
 
     assert code == 0
     assert [child.returncode for child in supervisor.children.values()] == [8, 8]
@@ -125,9 +151,28 @@ def test_run_main_stops_on_ctrl_c(tmp_path):
         "sys.exit(s.run())\n"
     )
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    time.sleep(1.5)
+    started = [process.stdout.readline(), process.stdout.readline()]
     process.send_signal(signal.SIGINT)
-    out, _ = process.communicate(timeout=30)
+    process.communicate(timeout=30)
 
     assert process.returncode == 0
-    assert "runserver" in out and "run_worker" in out
+    assert any("runserver" in line for line in started)
+    assert any("run_worker" in line for line in started)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("addrport", "base"),
+    [
+        ("127.0.0.1:9000", "http://127.0.0.1:9000/"),
+        ("9001", "http://127.0.0.1:9001/"),
+        ("[::1]:9002", "http://[::1]:9002/"),
+    ],
+)
+def test_the_auto_memory_demo_prints_the_address_it_is_given(addrport, base):
+    lines = run("demo_auto_memory", "--addrport", addrport)
+
+    urls = [line for line in lines if "http://" in line]
+    assert len(urls) >= 4
+    assert all(base in line for line in urls), urls
+    assert not any(":8000" in line for line in lines)

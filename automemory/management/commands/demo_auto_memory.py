@@ -3,6 +3,7 @@
 from django.core.management.base import BaseCommand
 
 from automemory.services.demo import demo_loop_run
+from controlplane.management.commands.run_main import addrport_parse, server_url
 
 
 class Command(BaseCommand):
@@ -11,10 +12,17 @@ class Command(BaseCommand):
         "memory, and run a new task that receives it. Does nothing new if it already ran."
     )
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--addrport",
+            default="127.0.0.1:8000",
+            help="PORT or HOST:PORT the API is served on (`run_main --addrport`), for the URLs.",
+        )
+
+    def handle(self, *args, addrport: str, **options):
+        base = server_url(*addrport_parse(addrport))
         loop = demo_loop_run()
         say = self.stdout.write
-        base = "http://127.0.0.1:8000"
         auth = f'-H "Authorization: Token {loop.token}"'
         if loop.already_done:
             say(f"Auto memory demo: already ran ({len(loop.memories)} auto memories stored).")

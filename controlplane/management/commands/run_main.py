@@ -1,35 +1,100 @@
-"""`manage.py run_main`: the API server and one worker together, for `make run`.
+"""`manage.py run_main`: the API server (gunicorn) and one worker together, for `make run`.
 
-Ctrl-C (SIGINT) or SIGTERM is passed on to both; when either process exits the other is
-stopped too, and the command exits with the first one's exit code.
+It collects the static files (whitenoise serves them from STATIC_ROOT), listens on
+`--addrport` itself, so it can print the address it really serves (port 0 picks a free one)
+and stop early when the address is taken, and hands the socket to gunicorn. Ctrl-C (SIGINT)
+or SIGTERM is passed on to both children; when either exits the other is stopped too, and
+the command exits with the first one's exit code.
 """
 
+import socket
 import sys
 
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.services.demo import demo_setup
 from controlplane.supervisor import Supervisor
 
+# Enough for one person trying it on a laptop: two processes of four threads each.
+WEB_WORKERS = 2
+WEB_THREADS = 4
+
+
+def addrport_parse(addrport: str) -> tuple[str, int]:
+    """`PORT`, `HOST:PORT` or `[IPV6]:PORT` as (host, port); the host defaults to 127.0.0.1."""
+    host, sep, port = addrport.rpartition(":")
+    if not sep:
+        host = "127.0.0.1"
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise CommandError(f"--addrport must be PORT or HOST:PORT, not {addrport!r}")
+    return host, int(port)
+
+
+def listener_open(*, host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port that child processes can inherit."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listener = socket.socket(family, kind, proto)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(128)
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {host}:{port}: {exc}") from None
+    return listener
+
+
+def server_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
 
 class Command(BaseCommand):
-    help = "Run the API server and a worker side by side until Ctrl-C or until one of them exits."
+    help = (
+        "Serve the API with gunicorn beside a worker until Ctrl-C or until one of them exits. "
+        "Runs collectstatic first."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--addrport", default="127.0.0.1:8000")
+        parser.add_argument(
+            "--addrport",
+            default="127.0.0.1:8000",
+            help="PORT or HOST:PORT to serve on (port 0: any free port).",
+        )
         parser.add_argument("--no-worker", action="store_true", help="Run only the API server.")
 
     def handle(self, *args, addrport: str, no_worker: bool, **options):
+        host, port = addrport_parse(addrport)
+        listener = listener_open(host=host, port=port)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        url = server_url(*listener.getsockname()[:2])
         demo = demo_setup()
-        manage = [sys.executable, "manage.py"]
-        commands = {"api": [*manage, "runserver", addrport, "--noreload"]}
+        commands = {
+            "api": [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "controlplane.wsgi",
+                "--bind",
+                f"fd://{listener.fileno()}",
+                "--workers",
+                str(WEB_WORKERS),
+                "--threads",
+                str(WEB_THREADS),
+            ]
+        }
         if not no_worker:
-            commands["worker"] = [*manage, "run_worker"]
-        self.stdout.write(f"API:        http://{addrport}/  (interactive page: /api/docs)")
-        self.stdout.write(f"Admin:      http://{addrport}/admin/  (demo / demo)")
+            manage = str(settings.BASE_DIR / "manage.py")
+            commands["worker"] = [sys.executable, manage, "run_worker"]
+        self.stdout.write(f"API:        {url}/  (interactive page: /api/docs)")
+        self.stdout.write(f"Admin:      {url}/admin/  (demo / demo)")
         self.stdout.write(f"Demo token: {demo.token}")
         self.stdout.write("Press Ctrl-C to stop.")
         self.stdout.flush()
-        code = Supervisor(commands).run()
+        try:
+            code = Supervisor(commands, pass_fds={"api": [listener.fileno()]}).run()
+        finally:
+            listener.close()
         if code:
             sys.exit(code)
