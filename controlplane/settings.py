@@ -26,7 +26,6 @@ if not DEBUG and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
     raise ImproperlyConfigured("Set SECRET_KEY: the development key must not run with DEBUG=False.")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
 
-INSTALLED_APPS = [
 # --- HTTPS (docs/deploy.md) -----------------------------------------------------------------
 # Off by default, so the app also serves plain HTTP behind a TLS-terminating proxy; a
 # deployment turns them on. SECURE_PROXY_SSL_HEADER=true trusts the proxy's X-Forwarded-Proto.
@@ -44,6 +43,7 @@ if env.bool("SECURE_PROXY_SSL_HEADER", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
+INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -61,8 +61,8 @@ CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "controlplane.middleware.malformed_session_cookie_middleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "controlplane.middleware.malformed_session_cookie_middleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -126,7 +126,6 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
-
 # whitenoise serves STATIC_ROOT with DEBUG off too: compressed files with hashed names, so they
 # are cached for good. The manifest comes from `collectstatic` (run_main and deployments run
 # it; with DEBUG on, names are not hashed and the apps' own files are served without it).
@@ -134,6 +133,7 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
+
 # Request bodies larger than this are refused with 400 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=1024 * 1024)
 
