@@ -344,8 +344,8 @@ def _short_flag_ok(m: re.Match[str], value: str, text: str) -> bool:
         return "redis-cli" in before
     if "mysql" in before or "mariadb" in before:
         return m.group("sp") is None  # mysql -p db_name prompts; -pSECRET is the password
-    if "sshpass" in before or "mongo" in before:
-        return True
+    if before.rstrip().endswith("sshpass") or "mongo" in before:
+        return True  # sshpass -p X ssh -p 2222 host: only the first -p is the password
     return "login" in before and any(cmd in before for cmd in _LOGIN_COMMANDS)
 
 
@@ -599,6 +599,7 @@ RULES: tuple[Rule, ...] = (
             "ls -a ~/.ssh",
             "ssh -p 2222 host",
             "sshpass -p $SSHPASS ssh host",
+            "sshpass -e ssh -p 2222 deploy@host",
         ),
     ),
     Rule(
