@@ -185,8 +185,8 @@ def _value_ok(
         if after[:1] == "." and after[1:2].isalpha():
             return False  # " ...\n".join(pairs): a method call on a literal
     else:
-        if "(" in v or "[" in v:
-            return False  # call or subscript: os.getenv(...), os.environ[...]
+        if "(" in v or "[" in v or v.endswith(":"):
+            return False  # os.getenv(...), os.environ[...], "no token": lambda: …
         if not password and _TYPE_NAME_RE.fullmatch(v):
             return False  # private_key: PKCS7PrivateKeyTypes (a type annotation)
         if _DOTTED_RE.fullmatch(v) and not any(c.isdigit() for c in v.split(".")[0]):
@@ -472,6 +472,7 @@ RULES: tuple[Rule, ...] = (
             "request.session[BACKEND_SESSION_KEY] = backend",
             'reset_url_token = "set-password"',
             'token = "not in"',
+            '"no token": lambda: client.get("/projects"),',
             'if token == "":',
             'elif token == "with":',
             'if csrf_token == "NOTPROVIDED":',
