@@ -417,8 +417,8 @@ def _process_batch(batch: list[Task], *, now: datetime, force: bool, summary: Sw
     events_by_task = _external_events(task_ids)
 
     # Tasks extracted earlier and completed again are only checked for external context.
-    rechecked = [task for task in batch if getattr(task, "log_outcome", None) == "extracted"]
-    tasks = [task for task in batch if getattr(task, "log_outcome", None) != "extracted"]
+    rechecked = [task for task in batch if getattr(task, "log_outcome", None) == Outcome.EXTRACTED]
+    tasks = [task for task in batch if getattr(task, "log_outcome", None) != Outcome.EXTRACTED]
     for task in rechecked:
         prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(user_id=task.user_id)
         if not prefs.disable_on_external_context:
