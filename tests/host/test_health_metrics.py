@@ -16,6 +16,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings
+from automemory.services.extractor import process_auto_memories
 from automemory.services.redactor import redact
 from controlplane.models import Quota, Task, TaskStatus
 from worker.executors import ExecutionResult
@@ -354,3 +355,27 @@ def test_redactions_are_counted_per_call_and_per_rule_fired(client, metrics_on):
     )
     assert sum(fired.values()) == 2
     assert len([rule for rule, count in fired.items() if count]) == 1
+
+
+@pytest.mark.django_db
+def test_a_sweep_counts_each_attempt_by_outcome_and_reason_as_logged(
+    client, metrics_on, alice, bob, project, task_factory
+):
+    AutoMemorySettings.objects.create(user=alice, generate_memories=True)
+    task_factory(project, alice, completed=True, prompt="Fix the flaky login test")
+    task_factory(project, bob, completed=True)  # bob never turned generation on
+    before = samples(scrape(client))
+
+    process_auto_memories()
+    process_auto_memories(user=alice)  # nothing new: a sweep that examines nothing
+    after = samples(scrape(client))
+
+    def moved(name, **labels):
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("automemory_sweeps_total", scope="all") == 1
+    assert moved("automemory_sweeps_total", scope="user") == 1
+    logged = {(row.outcome, row.reason) for row in AutoMemoryLog.objects.all()}
+    assert logged == {("extracted", "new"), ("skipped", "generate_disabled")}
+    for outcome, reason in logged:
+        assert moved("automemory_extractions_total", outcome=outcome, reason=reason) == 1
