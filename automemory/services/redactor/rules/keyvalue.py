@@ -153,7 +153,10 @@ def _is_name(value: str, *, setter: bool) -> bool:
     low = value.lower()
     if setter and re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", value):
         return True  # @sensitive_post_parameters('password', 'credit_card')
-    return any(w in low for w in _NAME_WORDS) and (setter or "-" in value or "_" in value)
+    if not any(w in low for w in _NAME_WORDS):
+        return False
+    # outside a setter, only digit-free names: "prod_password_2024" is a (weak) password
+    return setter or (("-" in value or "_" in value) and not any(c.isdigit() for c in value))
 
 
 def _value_ok(
@@ -391,6 +394,7 @@ RULES: tuple[Rule, ...] = (
             "password=«hunter2»",
             '"password": "«hunter2»"',
             "DB_PASSWORD=«Sup3rExampleS3cret!»",
+            'DB_PASSWORD="«prod_password_2024»"',
             "<?php $dbPassword .= '«s3cr3t-pw»';",
             "DB_PASSWORD ?= «hunter22»",
             "ROOT_PASSWORD :::= «hunter22»",
