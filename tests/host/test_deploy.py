@@ -192,20 +192,37 @@ def test_the_documented_environment_redirects_plain_http_and_trusts_the_proxy(tm
 # --- gunicorn -------------------------------------------------------------------------------
 
 
+def procfile() -> dict[str, str]:
+    lines = (BASE_DIR / "Procfile").read_text().splitlines()
+    return dict(line.split(": ", 1) for line in lines if line.strip())
+
+
+def test_the_procfile_runs_the_server_the_workers_and_the_migrations():
+    processes = procfile()
+
+    assert set(processes) == {"web", "worker", "release"}
+    assert processes["web"].startswith("gunicorn controlplane.wsgi ")
+    assert processes["worker"] == "python manage.py run_worker"
+    assert processes["release"] == "python manage.py migrate --noinput"
+
+
 @pytest.fixture(scope="module")
 def gunicorn_server(tmp_path_factory):
-    """gunicorn as the Procfile runs it, on 127.0.0.1 and a free port, DEBUG off, with only
-    SECRET_KEY and ALLOWED_HOSTS set (and a database and STATIC_ROOT of its own)."""
+    """The Procfile's web command (this Python's gunicorn, on 127.0.0.1 and a free port),
+    DEBUG off, with only SECRET_KEY and ALLOWED_HOSTS set (and a database and STATIC_ROOT of
+    its own)."""
     tmp_path = tmp_path_factory.mktemp("gunicorn")
     env = only_key_and_hosts(tmp_path)
     collected = manage(env, "collectstatic", "--noinput", "-v0")
     assert collected.returncode == 0, collected.stderr
+    web = procfile()["web"].replace("gunicorn ", f"{sys.executable} -m gunicorn ", 1)
+    web = web.replace("0.0.0.0:", "127.0.0.1:")
     log = tmp_path / "gunicorn.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "controlplane.wsgi", "--bind", "127.0.0.1:0"],
+            ["sh", "-c", f"exec {web}"],
             cwd=BASE_DIR,
-            env=env,
+            env={**env, "PORT": "0"},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
