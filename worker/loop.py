@@ -159,12 +159,12 @@ class StaleTaskRecovery:
     def _run(self) -> None:
         try:
             while not self._stop.wait(self.interval):
+                close_old_connections()  # a broken or expired connection is replaced
                 try:
                     self.worker.recover_stale()  # logs each task it re-queues
                     services.worker_seen(worker_id=self.worker.worker_id)
                 except Exception:
                     logger.warning("stale task recovery failed; retrying", exc_info=True)
-                    connection.close()  # a broken connection is reopened on the next pass
         finally:
             connection.close()  # this thread's own connection
 
