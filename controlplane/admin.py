@@ -2,9 +2,11 @@
 
 from django import forms
 from django.contrib import admin
+from rest_framework.authtoken.models import TokenProxy
 
 from controlplane.errors import DomainError
 from controlplane.models import (
+    ApiToken,
     AuditEvent,
     IdentityMemory,
     Membership,
@@ -17,6 +19,7 @@ from controlplane.models import (
     UsageRecord,
 )
 from controlplane.services.memories import memory_content_validate
+from controlplane.services.tokens import token_revoke
 
 USAGE_COLUMNS = [
     "kind",
@@ -214,3 +217,49 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens without their secrets (only a hash is stored); mint them with the API or
+    `manage.py token`, revoke them here."""
+
+    list_display = [
+        "id",
+        "user",
+        "name",
+        "prefix",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter), "created_at"]
+    search_fields = ["user__username", "name", "prefix"]
+    list_select_related = ["user"]
+    fields = ["user", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens", permissions=["revoke"])
+    def revoke(self, request, queryset) -> None:
+        revoked = 0
+        for token in queryset.filter(revoked_at__isnull=True):
+            token_revoke(token=token, actor=request.user)
+            revoked += 1
+        self.message_user(request, f"Revoked {revoked} token(s).")
+
+    def has_revoke_permission(self, request) -> bool:
+        return request.user.has_perm("controlplane.change_apitoken")
+
+
+# DRF's authtoken app stays installed for its migrations only (docs/api.md): its plain-text
+# tokens are neither used nor made any more.
+if admin.site.is_registered(TokenProxy):
+    admin.site.unregister(TokenProxy)

@@ -5,6 +5,7 @@ Every value can be set by an environment variable or a `.env` file beside `manag
 """
 
 import ipaddress
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -141,6 +142,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "controlplane.api.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        # Last: counts requests nothing authenticated against their address (`anon` rate).
+        "controlplane.api.throttling.AnonymousRateAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": [
@@ -153,7 +156,31 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # --- Throttling (controlplane/api/throttling.py, docs/api.md) ---
+    "DEFAULT_THROTTLE_CLASSES": [
+        "controlplane.api.throttling.UserThrottle",
+        "controlplane.api.throttling.RunThrottle",
+        "controlplane.api.throttling.RunForceThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env.str("API_THROTTLE_USER", default="600/min"),
+        "anon": env.str("API_THROTTLE_ANON", default="60/min"),
+        "failed_auth": env.str("API_THROTTLE_FAILED_AUTH", default="30/min"),
+        "run": env.str("API_THROTTLE_RUN", default="30/hour"),
+        "run_force": env.str("API_THROTTLE_RUN_FORCE", default="5/hour"),
+    },
+    # Proxies in front of the API whose X-Forwarded-For is trusted for the client address
+    # (0: REMOTE_ADDR only; behind one TLS proxy: 1).
+    "NUM_PROXIES": env.int("API_NUM_PROXIES", default=0),
 }
+
+# Throttle counters live in this cache; several API processes need a shared one, e.g.
+# CACHE_URL=redis://127.0.0.1:6379/0 (the default, locmem, is per process).
+CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+for _scope, _rate in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"].items():
+    # N/s, N/min, N/hour, N/day (DRF reads the period's first letter); empty: not throttled.
+    if _rate and not re.fullmatch(r"[0-9]+/[smhd][a-z]*", _rate):
+        raise ImproperlyConfigured(f"Throttle rate {_scope}: {_rate!r} is not like 60/min.")
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Control plane API",

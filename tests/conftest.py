@@ -5,11 +5,12 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from controlplane.models import Membership, Project, Role, Task, TaskStatus
+from controlplane.models import ApiToken, Membership, Project, Role, Task, TaskStatus
+from controlplane.services.tokens import token_key_hash, token_key_new, token_visible_prefix
 
 User = get_user_model()
 _counter = itertools.count(1)
@@ -124,6 +125,20 @@ def task_factory(db):
     return make
 
 
+def api_token_for(user, *, name: str = "tests", **fields) -> str:
+    """A new API token row for `user` (as token_create stores it, without an audit event);
+    returns its key."""
+    key = token_key_new()
+    ApiToken.objects.create(
+        user=user,
+        name=name,
+        prefix=token_visible_prefix(key),
+        key_hash=token_key_hash(key),
+        **fields,
+    )
+    return key
+
+
 @pytest.fixture
 def api_client_for():
     """An APIClient authenticated with the user's token (anonymous for None)."""
@@ -131,8 +146,7 @@ def api_client_for():
     def make(user=None):
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_for(user)}")
         return client
 
     return make
@@ -142,3 +156,11 @@ def api_client_for():
 def _fast_password_hashing(settings):
     """Tests create many users with passwords; the production hasher is slow on purpose."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttle_counters():
+    """Throttle counters live in the cache: each test starts with none."""
+    cache.clear()
+    yield
+    cache.clear()

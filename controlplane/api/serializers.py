@@ -3,6 +3,7 @@
 from decimal import ROUND_DOWN
 
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from rest_framework import serializers
 
 from controlplane.limits import (
@@ -13,6 +14,7 @@ from controlplane.limits import (
     PROMPT_MAX_CHARS,
 )
 from controlplane.models import (
+    ApiToken,
     IdentityMemory,
     Membership,
     MemorySource,
@@ -25,6 +27,7 @@ from controlplane.models import (
     TaskStatus,
     UsageRecord,
 )
+from controlplane.services.tokens import TOKEN_EXPIRES_MAX_DAYS, TOKEN_NAME_MAX_CHARS
 
 MAX_ID = 2**63 - 1
 USERNAME_MAX_CHARS = get_user_model()._meta.get_field("username").max_length
@@ -283,3 +286,64 @@ class QuotaInput(serializers.Serializer):
         allow_null=True,
         help_text="USD per calendar month (UTC); null means unlimited.",
     )
+
+
+# --- API tokens -----------------------------------------------------------------------------
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer (not a string, float or boolean)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class TokenCreateInput(serializers.Serializer):
+    name = StrictTextField(max_length=TOKEN_NAME_MAX_CHARS, help_text="What the token is for.")
+    expires_in_days = StrictIntegerField(
+        min_value=1,
+        max_value=TOKEN_EXPIRES_MAX_DAYS,
+        required=False,
+        allow_null=True,
+        help_text="Days until the token expires; null or absent: it does not expire.",
+    )
+
+    def validate(self, attrs):
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return attrs
+
+
+class TokenOutput(serializers.ModelSerializer):
+    prefix = serializers.CharField(
+        read_only=True, help_text="The key's first characters, to tell tokens apart."
+    )
+    active = serializers.SerializerMethodField(help_text="Neither revoked nor expired.")
+
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+            "active",
+        ]
+
+    def get_active(self, token: ApiToken) -> bool:
+        return token.revoked_at is None and (
+            token.expires_at is None or token.expires_at > timezone.now()
+        )
+
+
+class TokenCreatedOutput(TokenOutput):
+    token = serializers.CharField(read_only=True, help_text="The key: shown in this response only.")
+
+    class Meta(TokenOutput.Meta):
+        fields = [*TokenOutput.Meta.fields, "token"]

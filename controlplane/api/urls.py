@@ -25,6 +25,8 @@ urlpatterns = [
     path("tasks/<str:task_id>/runs", views.TaskRunsView.as_view(), name="task-runs"),
     path("users/me/memories", views.MyMemoriesView.as_view(), name="my-memories"),
     path("users/me/quota", views.MyQuotaView.as_view(), name="my-quota"),
+    path("users/me/tokens", views.MyTokensView.as_view(), name="my-tokens"),
+    path("users/me/tokens/<str:token_id>", views.MyTokenDetailView.as_view(), name="my-token"),
     path("users/<str:username>/quota", views.UserQuotaView.as_view(), name="user-quota"),
     path("memories/<str:memory_id>", views.MemoryDetailView.as_view(), name="memory"),
 ]

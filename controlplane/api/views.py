@@ -30,6 +30,7 @@ from controlplane.api.common import (
     PROJECT_ID,
     TASK_ID,
     errors,
+    id_parameter,
     paginated,
     validated,
 )
@@ -39,6 +40,12 @@ from controlplane.services.memories import memory_create, memory_delete
 from controlplane.services.projects import membership_set, project_create
 from controlplane.services.quota import quota_reset, quota_set, quota_status_get
 from controlplane.services.tasks import followup_create, task_continue, task_create
+from controlplane.services.tokens import (
+    token_create,
+    token_get_for_user,
+    token_list,
+    token_revoke,
+)
 
 # --- Projects -------------------------------------------------------------------------------
 
@@ -350,4 +357,47 @@ class UserQuotaView(APIView):
     def delete(self, request: Request, username: str) -> Response:
         user = _user_by_username(username)
         quota_reset(actor=request.user, user=user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- API tokens -----------------------------------------------------------------------------
+
+TOKEN_ID = id_parameter("token_id", "API token")
+
+
+class MyTokensView(APIView):
+    @extend_schema(
+        operation_id="users_me_tokens_list",
+        summary="The caller's API tokens, newest first (never their keys)",
+        parameters=PAGING,
+        responses={200: paginated(s.TokenOutput), **errors(401)},
+    )
+    def get(self, request: Request) -> Response:
+        return paginated_response(request, self, token_list(user=request.user), s.TokenOutput)
+
+    @extend_schema(
+        operation_id="users_me_tokens_create",
+        summary="Mint an API token; its key is in this response only",
+        request=s.TokenCreateInput,
+        responses={201: s.TokenCreatedOutput, **errors(400, 401)},
+    )
+    def post(self, request: Request) -> Response:
+        data = validated(s.TokenCreateInput, request.data)
+        minted = token_create(user=request.user, actor=request.user, **data)
+        body = {**s.TokenOutput(minted.token).data, "token": minted.key}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+@extend_schema(parameters=[TOKEN_ID])
+class MyTokenDetailView(APIView):
+    @extend_schema(
+        operation_id="users_me_tokens_revoke",
+        summary="Revoke one of the caller's API tokens (revoking again changes nothing)",
+        responses={204: None, **errors(401, 404)},
+    )
+    def delete(self, request: Request, token_id: str) -> Response:
+        token = token_get_for_user(user=request.user, token_id=token_id)
+        if token is None:
+            raise NotFound("Token not found.")
+        token_revoke(token=token, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)

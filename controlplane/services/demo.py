@@ -5,13 +5,17 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from controlplane.models import Project, Role
+from controlplane.models import ApiToken, Project, Role
 from controlplane.services.projects import project_create
-from controlplane.services.users import token_get_or_create
+from controlplane.services.tokens import token_create, token_revoke
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = "demo"
 DEMO_PROJECT_NAME = "demo"
+DEMO_TOKEN_NAME = "demo"
+# `make run` sets the demo up three times (demo_setup, demo_auto_memory, run_main), each
+# printing a fresh token: they all stay valid; older demo tokens are revoked.
+DEMO_TOKENS_KEPT = 5
 
 
 @dataclass(frozen=True)
@@ -23,9 +27,11 @@ class DemoSetup:
 
 @transaction.atomic
 def demo_setup() -> DemoSetup:
-    """Create (or find) the demo user, a staff superuser with password `demo`, and its project.
+    """Create (or find) the demo user, a staff superuser with password `demo`, and its project,
+    and mint a new API token named "demo" (only its hash is stored, so it cannot be shown again).
 
-    Idempotent: running it again changes nothing and returns the same user, project and token.
+    Running it again finds the same user and project, mints another token and revokes all but
+    the newest `DEMO_TOKENS_KEPT` demo tokens.
     """
     User = get_user_model()
     user, created = User.objects.get_or_create(username=DEMO_USERNAME)
@@ -45,4 +51,10 @@ def demo_setup() -> DemoSetup:
     )
     if project is None:
         project = project_create(user=user, name=DEMO_PROJECT_NAME)
-    return DemoSetup(user=user, project=project, token=token_get_or_create(user=user))
+    minted = token_create(user=user, name=DEMO_TOKEN_NAME)
+    older = ApiToken.objects.filter(
+        user=user, name=DEMO_TOKEN_NAME, revoked_at__isnull=True
+    ).order_by("-created_at", "-id")[DEMO_TOKENS_KEPT:]
+    for token in older:
+        token_revoke(token=token, actor=user)
+    return DemoSetup(user=user, project=project, token=minted.key)

@@ -1,9 +1,8 @@
-"""Users and their API tokens."""
+"""Users (their API tokens: controlplane.services.tokens)."""
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
 from controlplane.errors import DomainError
 from controlplane.limits import text_problem
@@ -32,9 +31,3 @@ def user_get_or_create(*, username: str, is_staff: bool = False):
         user.is_staff = True
     user.save()
     return user, created
-
-
-def token_get_or_create(*, user) -> str:
-    """The user's API token key (created on first use)."""
-    token, _ = Token.objects.get_or_create(user=user)
-    return token.key

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
-from rest_framework.authtoken.models import Token
 
-from controlplane.models import Membership, Project
+from controlplane.models import ApiToken, Membership, Project
+from controlplane.services.demo import DEMO_TOKENS_KEPT
+from controlplane.services.tokens import token_key_hash
 from controlplane.supervisor import Supervisor
 
 User = get_user_model()
@@ -27,20 +28,26 @@ def run(*args) -> list[str]:
 
 @pytest.mark.django_db
 class TestCreateUser:
-    def test_it_creates_a_user_and_prints_the_token_last(self):
+    def test_it_creates_a_user_and_prints_a_new_token_last(self):
         lines = run("create_user", "dana")
 
         user = User.objects.get(username="dana")
-        assert lines[-1] == Token.objects.get(user=user).key
+        token = ApiToken.objects.get(user=user)
+        assert token.name == "cli" and token.key_hash == token_key_hash(lines[-1])
+        assert lines[-1] not in "\n".join(lines[:-1])
         assert not user.is_staff
         assert not user.has_usable_password()
 
-    def test_it_finds_an_existing_user_and_prints_the_same_token(self, alice):
+    def test_it_finds_an_existing_user_and_mints_another_token(self, alice, client):
         first = run("create_user", "alice")[-1]
         second = run("create_user", "alice")[-1]
 
-        assert first == second == Token.objects.get(user=alice).key
+        assert first != second
+        assert ApiToken.objects.filter(user=alice, name="cli").count() == 2
         assert User.objects.filter(username="alice").count() == 1
+        for key in (first, second):
+            response = client.get("/users/me/quota", HTTP_AUTHORIZATION=f"Token {key}")
+            assert response.status_code == 200
 
     def test_staff_flag_makes_staff(self, alice):
         run("create_user", "alice", "--staff")
@@ -63,17 +70,29 @@ class TestCreateUser:
 
 
 @pytest.mark.django_db
-def test_demo_setup_is_idempotent_and_prints_the_token_last(client):
+def test_demo_setup_keeps_its_user_and_project_and_prints_a_new_token_last(client):
     first = run("demo_setup")
     second = run("demo_setup")
 
     demo = User.objects.get(username="demo")
-    assert first[-1] == second[-1] == Token.objects.get(user=demo).key
+    assert first[-1] != second[-1]
     assert demo.is_staff and demo.is_superuser and demo.check_password("demo")
     project = Project.objects.get(name="demo")
     assert Membership.objects.get(project=project, user=demo).role == "owner"
-    response = client.get(f"/projects/{project.pk}", HTTP_AUTHORIZATION=f"Token {first[-1]}")
-    assert response.status_code == 200
+    for key in (first[-1], second[-1]):
+        response = client.get(f"/projects/{project.pk}", HTTP_AUTHORIZATION=f"Token {key}")
+        assert response.status_code == 200
+
+
+@pytest.mark.django_db
+def test_demo_setup_revokes_all_but_the_newest_demo_tokens(client):
+    keys = [run("demo_setup")[-1] for _ in range(DEMO_TOKENS_KEPT + 2)]
+
+    codes = [
+        client.get("/users/me/quota", HTTP_AUTHORIZATION=f"Token {key}").status_code for key in keys
+    ]
+    assert codes == [401, 401] + [200] * DEMO_TOKENS_KEPT
+    assert ApiToken.objects.filter(name="demo", revoked_at__isnull=True).count() == DEMO_TOKENS_KEPT
 
 
 def python(code: str) -> list[str]:

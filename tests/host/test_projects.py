@@ -148,8 +148,9 @@ def test_two_owners_demoting_each_other_at_once_leave_one_owner(project, alice, 
     import threading
 
     from django.db import connection
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from controlplane.services.tokens import token_create
 
     Membership.objects.filter(project=project, user=bob).update(role=Role.OWNER)
     barrier = threading.Barrier(2)
@@ -157,7 +158,8 @@ def test_two_owners_demoting_each_other_at_once_leave_one_owner(project, alice, 
 
     def demote(actor, target):
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=actor).key}")
+        key = token_create(user=actor, name="race").key
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
         barrier.wait()
         try:
             response = post_json(

@@ -1,13 +1,20 @@
-"""`manage.py create_user USERNAME [--staff]`: create or find a user; print its API token last."""
+"""`manage.py create_user USERNAME [--staff]`: create or find a user; print a new API token last."""
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from controlplane.errors import DomainError
-from controlplane.services.users import token_get_or_create, user_get_or_create
+from controlplane.services.tokens import token_create
+from controlplane.services.users import user_get_or_create
+
+CLI_TOKEN_NAME = "cli"
 
 
 class Command(BaseCommand):
-    help = "Create a user (or find an existing one) and print its API token as the last line."
+    help = (
+        "Create a user (or find an existing one), mint a new API token named 'cli' for it and "
+        "print the token as the last line. Only the token's hash is stored: it is shown once."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("username")
@@ -15,9 +22,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, username: str, staff: bool, **options):
         try:
-            user, created = user_get_or_create(username=username, is_staff=staff)
+            with transaction.atomic():
+                user, created = user_get_or_create(username=username, is_staff=staff)
+                minted = token_create(user=user, name=CLI_TOKEN_NAME)
         except DomainError as exc:
             raise CommandError(f"Invalid username: {exc.message}") from None
         state = "Created" if created else "Found"
         self.stdout.write(f"{state} user {user.username}{' (staff)' if user.is_staff else ''}.")
-        self.stdout.write(token_get_or_create(user=user))
+        self.stdout.write(f"New API token {CLI_TOKEN_NAME!r} (id {minted.token.pk}), shown once:")
+        self.stdout.write(minted.key)

@@ -1,14 +1,15 @@
-"""`manage.py demo_setup`: the demo user and project, idempotently; prints the token last."""
+"""`manage.py demo_setup`: the demo user and project, and a new demo API token printed last."""
 
 from django.core.management.base import BaseCommand
 
-from controlplane.services.demo import DEMO_PASSWORD, demo_setup
+from controlplane.services.demo import DEMO_PASSWORD, DEMO_TOKENS_KEPT, demo_setup
 
 
 class Command(BaseCommand):
     help = (
         "Create (or find) the demo user (a superuser with password 'demo') and its project "
-        "'demo'; print the demo user's API token as the last line."
+        "'demo'; mint a new API token named 'demo' and print it as the last line (the "
+        f"{DEMO_TOKENS_KEPT} newest demo tokens stay valid, older ones are revoked)."
     )
 
     def handle(self, *args, **options):
