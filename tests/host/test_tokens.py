@@ -15,7 +15,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from controlplane.models import ApiToken, AuditEvent
-from controlplane.services.tokens import TOKEN_ACTIVE_MAX, token_key_hash
+from controlplane.services.tokens import TOKEN_ACTIVE_MAX, token_authenticate, token_key_hash
 from tests.conftest import api_token_for
 
 from .helpers import post_json
@@ -194,7 +194,7 @@ def test_a_token_stops_working_when_it_expires(api_client_for, alice):
         assert [token["active"] for token in listed if token["name"] == "day"] == [False]
 
 
-def test_last_use_is_written_at_most_once_a_minute(alice, django_assert_num_queries):
+def test_last_use_is_written_at_most_once_a_minute(alice):
     key = api_token_for(alice, name="used")
     client = with_key(key)
 
@@ -211,6 +211,16 @@ def test_last_use_is_written_at_most_once_a_minute(alice, django_assert_num_quer
     assert first.isoformat() == "2026-03-01T12:00:00+00:00"
     assert unchanged == first
     assert later.isoformat() == "2026-03-01T12:01:00+00:00"
+
+
+def test_a_recently_used_token_authenticates_in_one_query(alice, django_assert_num_queries):
+    key = api_token_for(alice)
+    token_authenticate(key=key)  # stamps last use
+
+    with django_assert_num_queries(1):
+        token = token_authenticate(key=key)
+
+    assert token.user == alice
 
 
 def test_an_inactive_users_token_is_refused(alice):
@@ -348,3 +358,31 @@ def test_existing_authtoken_keys_keep_working_after_the_migration(user_factory):
         response = with_key(key).get("/users/me/tokens")
         assert response.status_code == 200
         assert response.json()["results"][0]["id"] == migrated[username].pk
+
+
+# --- Admin ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_lists_tokens_without_secrets_and_revokes_them(client, alice, staff):
+    key = api_token_for(alice, name="laptop")
+    token = ApiToken.objects.get(name="laptop")
+    staff.is_superuser = True
+    staff.save()
+    client.force_login(staff)
+
+    page = client.get("/admin/controlplane/apitoken/")
+    revoked = client.post(
+        "/admin/controlplane/apitoken/",
+        {"action": "revoke", "_selected_action": [token.pk]},
+        follow=True,
+    )
+
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "laptop" in text and token.prefix in text
+    assert key not in text and token.key_hash not in text
+    assert revoked.status_code == 200 and "Revoked 1 token" in revoked.content.decode()
+    assert with_key(key).get("/users/me/quota").status_code == 401
+    assert client.get(f"/admin/controlplane/apitoken/{token.pk}/change/").status_code == 200
+    assert client.get("/admin/controlplane/apitoken/add/").status_code == 403
