@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -66,6 +67,8 @@ def token_create(*, user, name: str, expires_in_days: int | None = None, actor=N
             f"Ensure this value is between 1 and {TOKEN_EXPIRES_MAX_DAYS}.",
             field="expires_in_days",
         )
+    # The user's row lock serialises concurrent creations, so the cap holds.
+    get_user_model().objects.select_for_update().filter(pk=user.pk).first()
     now = timezone.now()
     active = token_active_filter(now=now)
     if ApiToken.objects.filter(active, user=user).count() >= TOKEN_ACTIVE_MAX:
