@@ -12,12 +12,14 @@ import shlex
 import signal
 import sys
 import textwrap
+import time
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from controlplane.models import AuditEvent, TaskStatus
-from tests.worker.conftest import wait_for
+from controlplane.models import AuditEvent, Task, TaskStatus
+from tests.worker.conftest import SpyExecutor, wait_for
 from worker.models import TaskRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,3 +128,44 @@ def test_a_killed_workers_task_is_requeued_within_the_bound_while_the_others_are
     )
     assert f"[worker=w2 task={second}]: task {second} turn 1 still running after" in busy_log
     assert f"[worker=w2]: task {first} turn 1: worker w1 stopped heart-beating" in busy_log
+
+
+# In-process, so on PostgreSQL only: SQLite's shared in-memory test database refuses a
+# thread's write while another thread reads ("database table is locked") instead of waiting.
+@pytest.mark.postgres
+def test_a_worker_busy_in_a_turn_recovers_a_stale_task_without_waiting_for_a_round(
+    project, task_factory, worker_factory
+):
+    # Not stale yet when the round starts, stale half a second into the turn.
+    dead = task_factory(
+        project,
+        status=TaskStatus.RUNNING,
+        worker_id="w-dead",
+        heartbeat_at=timezone.now() - timedelta(seconds=1.5),
+    )
+    mine = task_factory(project)
+    seen = {}
+
+    def long_turn(request, control):
+        if request.task_id == dead.pk:
+            return  # its resume, claimed again in the same round
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if Task.objects.filter(pk=dead.pk, status=TaskStatus.QUEUED).exists():
+                seen["recovered during the turn of"] = request.task_id
+                return
+            time.sleep(0.02)
+
+    worker = worker_factory(
+        SpyExecutor(action=long_turn), heartbeat_seconds=0.05, stale_after_seconds=2
+    )
+    report = worker.run_once()
+
+    assert report.recovered == []  # not by the round's own recovery
+    assert seen == {"recovered during the turn of": mine.pk}
+    assert [(run.task_id, run.outcome) for run in report.runs] == [
+        (mine.pk, "completed"),
+        (dead.pk, "completed"),
+    ]
+    event = AuditEvent.objects.get(action="worker_task_recovered", target_id=str(dead.pk))
+    assert event.actor_label == "worker:test-worker"
