@@ -323,7 +323,7 @@ RULES: tuple[Rule, ...] = (
         "connection string password",
         "Password= / Pwd= inside a ;-separated connection string (ADO.NET, ODBC, JDBC "
         "SQL Server), the whole value up to the next ; even with spaces",
-        (";password=", ";pwd=", "; password=", "; pwd="),
+        ("password=", "pwd="),
         rx(
             r""";[ \t]?(?:password|pwd)[ \t]{0,2}=[ \t]{0,2}
             (?P<secret>[^;"'\n{}]{1,256}+)(?=;|"|'|$)""",
@@ -338,6 +338,8 @@ RULES: tuple[Rule, ...] = (
             "Server=db;Database=shop;Integrated Security=true;Password=;",
             "Server=db;User Id=sa;Password=${DB_PASSWORD};",
         ),
+        backoff=2,
+        backoff_chars="; \t",
     ),
     Rule(
         "aws-secret-key",
