@@ -148,6 +148,7 @@ class SkipCountsSerializer(serializers.Serializer):
     external_context = serializers.IntegerField()
     quota_low = serializers.IntegerField()
     quota_check_failed = serializers.IntegerField()
+    private_content = serializers.IntegerField()
 
 
 class RunSummarySerializer(serializers.Serializer):

@@ -6,6 +6,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from automemory.models import AutoMemoryLog
+from automemory.services.extractor import SKIP_REASONS
 from controlplane.models import IdentityMemory, Task
 
 
@@ -47,16 +48,9 @@ def test_the_run_endpoint_sweeps_only_the_callers_tasks(
     assert response.status_code == 200
     body = response.json()
     assert body["scanned"] == 1 and body["extracted"] == 1 and body["superseded"] == 0
-    assert set(body["skipped"]) == {
-        "generate_disabled",
-        "not_idle",
-        "missing_timestamps",
-        "duration_too_short",
-        "result_too_short",
-        "external_context",
-        "quota_low",
-        "quota_check_failed",
-    }
+    # Every gate's reason code, private_content included, with its count.
+    assert set(body["skipped"]) == {str(reason) for reason in SKIP_REASONS}
+    assert "private_content" in body["skipped"]
     assert not AutoMemoryLog.objects.filter(user=bob).exists()
 
 
