@@ -324,10 +324,10 @@ class TestFollowups:
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_continuations_of_one_task_queue_one_turn(project, alice, task_factory):
     """Both requests race on the row lock; one queues turn 2, the other gets 409."""
-    from rest_framework.authtoken.models import Token
+    from tests.conftest import api_token_for
 
     task = task_factory(project, completed=True)
-    token = Token.objects.create(user=alice).key
+    token = api_token_for(alice)
     barrier = threading.Barrier(2)
     codes: list[int] = []
 
