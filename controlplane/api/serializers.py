@@ -335,6 +335,7 @@ class TokenOutput(serializers.ModelSerializer):
             "revoked_at",
             "active",
         ]
+        read_only_fields = fields  # all always present in responses
 
     def get_active(self, token: ApiToken) -> bool:
         return token.revoked_at is None and (
@@ -347,3 +348,4 @@ class TokenCreatedOutput(TokenOutput):
 
     class Meta(TokenOutput.Meta):
         fields = [*TokenOutput.Meta.fields, "token"]
+        read_only_fields = fields
