@@ -5,6 +5,7 @@ Input is strict: booleans are JSON booleans (0 and 1 accepted), integers are JSO
 a silently ignored setting.
 """
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from automemory.models import (
@@ -18,9 +19,11 @@ from automemory.models import (
     Reason,
     mcp_server_names_problems,
 )
+from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.limits import text_problem
 
 
+@extend_schema_field({"oneOf": [{"type": "boolean"}, {"type": "integer", "enum": [0, 1]}]})
 class StrictBooleanField(serializers.BooleanField):
     default_error_messages = {"invalid": "Must be a JSON boolean (true or false; 0 or 1)."}
 
@@ -76,19 +79,6 @@ class ServerNamesField(serializers.ListField):
         if problems:
             raise serializers.ValidationError(problems)
         return list(data)
-
-
-class RejectUnknownFieldsMixin:
-    """Refuse body keys the serializer does not know (read-only ones are tolerated)."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, dict):
-            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
-        known = set(self.fields)
-        unknown = sorted(str(key) for key in data if key not in known)
-        if unknown:
-            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
-        return super().to_internal_value(data)
 
 
 class AutoMemorySettingsSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
@@ -162,6 +152,11 @@ class RunSummarySerializer(serializers.Serializer):
     skipped = SkipCountsSerializer()
     errors = serializers.IntegerField()
     forced = serializers.BooleanField()
+
+
+class AutoMemoryLogFilterInput(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=Outcome.choices, required=False)
+    reason = serializers.ChoiceField(choices=Reason.choices, required=False)
 
 
 class AutoMemoryLogSerializer(serializers.ModelSerializer):

@@ -1,14 +1,13 @@
 """Auto memory endpoints: validate input, call one service or selector, serialize output."""
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from automemory import selectors
 from automemory.api import serializers as s
-from automemory.models import Outcome, Reason
 from automemory.services.extractor import process_auto_memories
 from automemory.services.preferences import (
     SETTINGS_FIELDS,
@@ -109,21 +108,14 @@ class AutoMemoryLogView(APIView):
     """The extraction log of the caller's own tasks: one row per task, newest attempt first."""
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("outcome", str, enum=[o.value for o in Outcome]),
-            OpenApiParameter("reason", str, enum=[r.value for r in Reason]),
-            *PAGING,
-        ],
-        responses={200: paginated(s.AutoMemoryLogSerializer), **errors(401)},
+        parameters=[s.AutoMemoryLogFilterInput, *PAGING],
+        responses={200: paginated(s.AutoMemoryLogSerializer), **errors(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        queryset: QuerySet = selectors.auto_memory_log_list(user=request.user).select_related(
-            "task"
+        filters = validated(s.AutoMemoryLogFilterInput, request.query_params)
+        queryset: QuerySet = (
+            selectors.auto_memory_log_list(user=request.user)
+            .filter(**filters)
+            .select_related("task")
         )
-        for name, choices in (("outcome", Outcome.values), ("reason", Reason.values)):
-            value = request.query_params.get(name)
-            if value in choices:
-                queryset = queryset.filter(**{name: value})
-            elif value:
-                queryset = queryset.none()
         return paginated_response(request, self, queryset, s.AutoMemoryLogSerializer)

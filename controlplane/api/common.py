@@ -1,8 +1,11 @@
 """What every API view module shares: input validation and the schema's common parts."""
 
+from django.http import QueryDict
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
+
+from controlplane.api.pagination import PagingInput
 
 ERRORS = {
     400: OpenApiResponse(description="Invalid input: `{field: [messages]}`; nothing is saved."),
@@ -23,10 +26,8 @@ def id_parameter(name: str, what: str) -> OpenApiParameter:
     )
 
 
-PAGING = [
-    OpenApiParameter("page", OpenApiTypes.INT, description="Page number (from 1)."),
-    OpenApiParameter("page_size", OpenApiTypes.INT, description="Rows per page (at most 200)."),
-]
+# Query parameters of every list; a bad value is a 400 (controlplane.api.pagination).
+PAGING = [PagingInput]
 PROJECT_ID = id_parameter("project_id", "Project")
 TASK_ID = id_parameter("task_id", "Task")
 MEMORY_ID = id_parameter("memory_id", "Memory")
@@ -52,8 +53,29 @@ def paginated(serializer_class) -> type[serializers.Serializer]:
     return _PAGE_SERIALIZERS[name]
 
 
+# Refuses body keys the serializer does not know (read-only ones are tolerated); the schema
+# says so with `additionalProperties: false` (controlplane.api.schema). A comment, not a
+# docstring: the schema would show a docstring as each input's description.
+class RejectUnknownFieldsMixin:
+
+    def to_internal_value(self, data):
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})
+        known = set(self.fields)
+        unknown = sorted(str(key) for key in data if key not in known)
+        if unknown:
+            raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+        return super().to_internal_value(data)
+
+
 def validated(serializer_class, data) -> dict:
-    """`data` validated by `serializer_class`; a DRF ValidationError (400) otherwise."""
+    """`data` validated by `serializer_class`; a DRF ValidationError (400) otherwise.
+
+    Query parameters are validated as a plain dict, so an empty `?status=` is a bad value
+    rather than an absent one.
+    """
+    if isinstance(data, QueryDict):
+        data = data.dict()
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data

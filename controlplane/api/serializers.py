@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework import serializers
 
+from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.limits import (
     GOAL_MAX_CHARS,
     MEMORY_MAX_CHARS,
@@ -64,7 +65,7 @@ class IdField(serializers.IntegerField):
 # --- Projects -------------------------------------------------------------------------------
 
 
-class ProjectCreateInput(serializers.Serializer):
+class ProjectCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     name = StrictTextField(max_length=PROJECT_NAME_MAX_CHARS)
 
 
@@ -79,7 +80,7 @@ class ProjectOutput(serializers.ModelSerializer):
         fields = ["id", "name", "created_by", "created_at", "role"]
 
 
-class MembershipInput(serializers.Serializer):
+class MembershipInput(RejectUnknownFieldsMixin, serializers.Serializer):
     username = StrictTextField(max_length=USERNAME_MAX_CHARS)
     role = serializers.ChoiceField(choices=Role.choices)
 
@@ -95,7 +96,7 @@ class MembershipOutput(serializers.ModelSerializer):
 # --- Tasks ----------------------------------------------------------------------------------
 
 
-class TaskCreateInput(serializers.Serializer):
+class TaskCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     prompt = StrictTextField(max_length=PROMPT_MAX_CHARS, trim_whitespace=False)
     goal = StrictTextField(
         max_length=GOAL_MAX_CHARS,
@@ -167,11 +168,11 @@ class TaskDetailOutput(TaskSummaryOutput):
         ]
 
 
-class TaskContinueInput(serializers.Serializer):
+class TaskContinueInput(RejectUnknownFieldsMixin, serializers.Serializer):
     prompt = StrictTextField(max_length=PROMPT_MAX_CHARS, trim_whitespace=False)
 
 
-class FollowupInput(serializers.Serializer):
+class FollowupInput(RejectUnknownFieldsMixin, serializers.Serializer):
     from_task_id = IdField(
         required=False, allow_null=True, help_text="The sending task; one you can see."
     )
@@ -217,7 +218,7 @@ class TaskRunOutput(serializers.ModelSerializer):
 # --- Memories -------------------------------------------------------------------------------
 
 
-class MemoryInput(serializers.Serializer):
+class MemoryInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(max_length=MEMORY_MAX_CHARS)
 
 
@@ -278,7 +279,7 @@ class QuotaOutput(serializers.Serializer):
     )
 
 
-class QuotaInput(serializers.Serializer):
+class QuotaInput(RejectUnknownFieldsMixin, serializers.Serializer):
     monthly_limit_usd = serializers.DecimalField(
         max_digits=14,
         decimal_places=2,
@@ -300,7 +301,7 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
-class TokenCreateInput(serializers.Serializer):
+class TokenCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     name = StrictTextField(max_length=TOKEN_NAME_MAX_CHARS, help_text="What the token is for.")
     expires_in_days = StrictIntegerField(
         min_value=1,
@@ -309,12 +310,6 @@ class TokenCreateInput(serializers.Serializer):
         allow_null=True,
         help_text="Days until the token expires; null or absent: it does not expire.",
     )
-
-    def validate(self, attrs):
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return attrs
 
 
 class TokenOutput(serializers.ModelSerializer):

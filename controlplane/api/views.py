@@ -23,6 +23,7 @@ from controlplane.access import (
     project_get_for,
     task_get_for,
 )
+from controlplane.api import schema as _schema_extensions  # noqa: F401
 from controlplane.api import serializers as s
 from controlplane.api.common import (
     MEMORY_ID,
@@ -55,7 +56,7 @@ class ProjectListView(APIView):
         operation_id="projects_list",
         summary="Projects the caller is a member of",
         parameters=PAGING,
-        responses={200: paginated(s.ProjectOutput), **errors(401)},
+        responses={200: paginated(s.ProjectOutput), **errors(400, 401)},
     )
     def get(self, request: Request) -> Response:
         return paginated_response(
@@ -94,7 +95,7 @@ class ProjectMembersView(APIView):
         operation_id="projects_members_list",
         summary="Members of a project and their roles",
         parameters=PAGING,
-        responses={200: paginated(s.MembershipOutput), **errors(401, 404)},
+        responses={200: paginated(s.MembershipOutput), **errors(400, 401, 404)},
     )
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
@@ -192,7 +193,7 @@ class TaskFollowupsView(APIView):
         operation_id="tasks_followups_list",
         summary="Messages delivered to a task",
         parameters=PAGING,
-        responses={200: paginated(s.FollowupOutput), **errors(401, 404)},
+        responses={200: paginated(s.FollowupOutput), **errors(400, 401, 404)},
     )
     def get(self, request: Request, task_id: str) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=READ)
@@ -221,7 +222,7 @@ class TaskRunsView(APIView):
         description="One row per finished run (turn), oldest first. Refused, re-queued and "
         "lost runs have no usage and no row. The task's `cost_usd` is the sum of its rows.",
         parameters=PAGING,
-        responses={200: paginated(s.TaskRunOutput), **errors(401, 404)},
+        responses={200: paginated(s.TaskRunOutput), **errors(400, 401, 404)},
     )
     def get(self, request: Request, task_id: str) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=READ)
@@ -370,7 +371,7 @@ class MyTokensView(APIView):
         operation_id="users_me_tokens_list",
         summary="The caller's API tokens, newest first (never their keys)",
         parameters=PAGING,
-        responses={200: paginated(s.TokenOutput), **errors(401)},
+        responses={200: paginated(s.TokenOutput), **errors(400, 401)},
     )
     def get(self, request: Request) -> Response:
         return paginated_response(request, self, token_list(user=request.user), s.TokenOutput)

@@ -52,3 +52,33 @@ def test_bad_bodies_get_a_4xx_and_write_nothing(
     response = post_raw(api_client_for(alice), path.format(task=task.pk), body, method)
     assert response.status_code in (400, 413), response.content[:300]
     assert state() == before
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [
+        ("?outcome=", "outcome"),
+        ("?outcome=bogus", "outcome"),
+        ("?reason=", "reason"),
+        ("?reason=AAA", "reason"),
+        ("?page=0", "page"),
+        ("?page_size=abc", "page_size"),
+    ],
+)
+def test_bad_log_filters_are_400_with_a_message_per_parameter(
+    api_client_for, alice, query, parameter
+):
+    response = api_client_for(alice).get("/users/me/auto-memory-log" + query)
+
+    assert response.status_code == 400
+    assert list(response.json()) == [parameter]
+
+
+def test_unknown_fields_of_a_settings_body_are_400(api_client_for, alice):
+    response = api_client_for(alice).patch(
+        "/users/me/auto-memory-settings", {"use_memories": 1, "colour": "red"}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {"colour": ["Unknown field."]}
+    assert not AutoMemorySettings.objects.filter(user=alice, use_memories=True).exists()

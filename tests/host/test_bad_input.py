@@ -190,13 +190,90 @@ def test_trailing_slash_paths_do_not_exist(
 
 
 @pytest.mark.parametrize(
-    "query",
-    ["?page=abc", "?page=0", "?page=99999999999999999999", "?page_size=-1", "?page_size=abc"],
+    ("query", "parameter"),
+    [
+        ("?page=abc", "page"),
+        ("?page=0", "page"),
+        ("?page=-1", "page"),
+        ("?page=", "page"),
+        ("?page=2", "page"),  # past the last page
+        ("?page=99999999999999999999", "page"),
+        ("?page_size=-1", "page_size"),
+        ("?page_size=0", "page_size"),
+        ("?page_size=abc", "page_size"),
+        ("?page_size=201", "page_size"),
+        ("?page=0&page_size=abc", "page"),
+    ],
 )
-def test_odd_paging_parameters_never_500(api_client_for, alice, project, query):
+@pytest.mark.parametrize("path", ["/projects/{id}/tasks", "/projects", "/users/me/tokens"])
+def test_bad_paging_parameters_are_400_with_a_message_per_parameter(
+    api_client_for, alice, project, query, parameter, path
+):
+    response = api_client_for(alice).get(path.format(id=project.pk) + query)
+
+    assert response.status_code == 400
+    assert response.json()[parameter], response.json()
+
+
+def test_good_paging_parameters_page_through(api_client_for, alice, project_factory):
+    for number in range(3):
+        project_factory(alice, f"p{number}")
+    client = api_client_for(alice)
+
+    first = client.get("/projects?page_size=2").json()
+    second = client.get("/projects?page=2&page_size=2").json()
+
+    assert first["count"] == 3 and len(first["results"]) == 2 and first["next"]
+    assert len(second["results"]) == 1 and second["next"] is None
+
+
+@pytest.mark.parametrize("query", ["?status=", "?status=bogus", "?status=QUEUED"])
+def test_an_empty_or_unknown_task_filter_is_400(api_client_for, alice, project, query):
     response = api_client_for(alice).get(f"/projects/{project.pk}/tasks{query}")
 
-    assert response.status_code in (200, 404)
+    assert response.status_code == 400
+    assert response.json()["status"]
+
+
+@pytest.mark.parametrize("query", ["?status=", "?source=bogus"])
+def test_an_empty_or_unknown_memory_filter_is_400(api_client_for, alice, query):
+    response = api_client_for(alice).get(f"/users/me/memories{query}")
+
+    assert response.status_code == 400
+    assert set(response.json()) == {query[1:].split("=")[0]}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("post", "/projects", {"name": "x"}),
+        ("post", "/projects/{id}/tasks", {"prompt": "Fix it."}),
+        ("post", "/projects/{id}/members", {"username": "bob", "role": "member"}),
+        ("post", "/projects/{id}/memories", {"content": "Uses ruff."}),
+        ("post", "/users/me/memories", {"content": "Likes tests."}),
+        ("post", "/users/me/tokens", {"name": "ci"}),
+    ],
+)
+def test_unknown_fields_are_400_on_every_write_and_nothing_is_saved(
+    api_client_for, alice, project, bob, snapshot, method, path, body
+):
+    before = snapshot()
+
+    response = getattr(api_client_for(alice), method)(
+        path.format(id=project.pk), {**body, "priority": 1}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {"priority": ["Unknown field."]}
+    assert snapshot() == before
+
+
+def test_a_task_body_that_is_not_an_object_is_400(api_client_for, alice, project):
+    response = api_client_for(alice).post(
+        f"/projects/{project.pk}/tasks", ["prompt"], format="json"
+    )
+
+    assert response.status_code == 400
 
 
 def test_a_bad_token_is_401(project, client):
