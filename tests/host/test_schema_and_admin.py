@@ -44,6 +44,50 @@ def test_list_endpoints_are_documented_as_pages(client):
     assert set(page["properties"]) == {"count", "next", "previous", "results"}
 
 
+def _schema(client) -> dict:
+    return client.get("/api/schema", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+
+
+def test_every_request_body_refuses_unknown_fields_in_the_schema(client):
+    components = _schema(client)["components"]["schemas"]
+    requests = {name: body for name, body in components.items() if name.endswith("Request")}
+
+    assert "TaskCreateInputRequest" in requests
+    assert {name: body.get("additionalProperties") for name, body in requests.items()} == {
+        name: False for name in requests
+    }
+
+
+def test_every_list_documents_its_paging_parameters_and_their_400(client):
+    schema = _schema(client)
+    lists = [
+        operation
+        for item in schema["paths"].values()
+        for operation in item.values()
+        if isinstance(operation, dict)
+        and "page" in {parameter["name"] for parameter in operation.get("parameters", [])}
+    ]
+
+    assert len(lists) >= 9
+    for operation in lists:
+        parameters = {parameter["name"]: parameter for parameter in operation["parameters"]}
+        assert parameters["page"]["schema"]["minimum"] == 1, operation["operationId"]
+        assert parameters["page_size"]["schema"]["maximum"] == 200, operation["operationId"]
+        assert "400" in operation["responses"], operation["operationId"]
+
+
+def test_the_log_filters_and_zero_one_booleans_are_in_the_schema(client):
+    schema = _schema(client)
+    log = schema["paths"]["/users/me/auto-memory-log"]["get"]
+    parameters = {parameter["name"]: parameter for parameter in log["parameters"]}
+    force = schema["components"]["schemas"]["RunInputRequest"]["properties"]["force"]
+
+    assert parameters["outcome"]["schema"]["enum"] == ["extracted", "skipped", "error"]
+    assert "result_too_short" in parameters["reason"]["schema"]["enum"]
+    assert "400" in log["responses"]
+    assert force["oneOf"] == [{"type": "boolean"}, {"type": "integer", "enum": [0, 1]}]
+
+
 def test_the_api_page_uses_bundled_assets(client):
     response = client.get("/api/docs")
 
