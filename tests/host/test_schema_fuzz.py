@@ -7,7 +7,8 @@ or a throwaway PostgreSQL database next to the one DATABASE_URL names), prepared
 public surface: `manage.py create_user` for the token, then the API for a project, a task,
 a follow-up and memories. Throttling is off on that server (empty rates), so no 429 hides a
 response. The run is bounded: at most SCHEMA_FUZZ_EXAMPLES examples per operation (default 50)
-and SCHEMA_FUZZ_MAX_SECONDS per schemathesis run.
+and SCHEMA_FUZZ_MAX_SECONDS per schemathesis run. Token revocation is fuzzed in a run of its
+own, last, since a fuzzed id may be the fuzzer's own token.
 """
 
 import json
@@ -150,7 +151,7 @@ def _schemathesis(url: str, token: str, report: Path, *selection: str) -> str:
     failure)."""
     done = subprocess.run(
         [
-            str(Path(sys.executable).with_name("st")),
+            *(sys.executable, "-m", "schemathesis.cli"),
             *("run", f"{url}/api/schema", "--url", url),
             *("--header", f"Authorization: Token {token}"),
             *("--checks", ",".join(CHECKS)),
