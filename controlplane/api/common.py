@@ -57,7 +57,6 @@ def paginated(serializer_class) -> type[serializers.Serializer]:
 # says so with `additionalProperties: false` (controlplane.api.schema). A comment, not a
 # docstring: the schema would show a docstring as each input's description.
 class RejectUnknownFieldsMixin:
-
     def to_internal_value(self, data):
         if not isinstance(data, dict):
             raise serializers.ValidationError({"non_field_errors": ["Expected a JSON object."]})

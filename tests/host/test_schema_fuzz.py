@@ -164,7 +164,7 @@ def _schemathesis(url: str, token: str, report: Path, *selection: str) -> str:
             "--no-color",
             *selection,
         ],
-        cwd=BASE_DIR,
+        cwd=report.parent,  # its cache (.schemathesis/) goes there, not into the checkout
         capture_output=True,
         text=True,
         timeout=MAX_SECONDS,
