@@ -1258,6 +1258,34 @@ def _issue8_negatives(g: _Gen) -> list[Sample]:
     return [Sample("neg:" + kind, "negative", text) for kind, text in texts]
 
 
+def _prose_password_samples(g: _Gen) -> list[Sample]:
+    """Passwords stated in sentences, and sentences about passwords that hold none."""
+    out = []
+    for template in (
+        "The staging database password is: {v}",
+        "my password is {v}.",
+        "Log in as admin (password is {v}) and rotate it.",
+        "The old passphrase was {v} before the rotation.",
+        "FYI the pwd is: {v}",
+    ):
+        for _ in range(4):
+            value = g.password() if "is:" in template else g.chars(B62, 14)
+            out.append(Sample("prose-password", "prose", template.format(v=value), (value,)))
+    negatives = (
+        "The password is required for every login.",
+        "The password is too short: use at least 12 characters.",
+        "The password is 8 characters long at minimum.",
+        "The password is stored in 1Password under 'staging'.",
+        "The password is sha256-hashed before it is stored.",
+        "The password is: ${DB_PASSWORD} (from the environment).",
+        "The password's hash is compared in constant time.",
+        "The password was rotated yesterday by the on-call engineer.",
+        "The passphrase is optional when the key is in the agent.",
+        "Remember: the pwd is not the same as the PIN.",
+    )
+    return out + [Sample("neg:prose-password", "negative", text) for text in negatives]
+
+
 def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
     """The full labelled corpus (positives then negatives), deterministic for ``seed``.
 
@@ -1265,7 +1293,15 @@ def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
     """
     g = _Gen(seed)
     g8 = _Gen(seed + "-issue8")
-    return _positives(g) + _issue8_positives(g8) + _negatives(g) + _issue8_negatives(g8)
+    prose = _prose_password_samples(_Gen(seed + "-prose"))
+    return (
+        _positives(g)
+        + _issue8_positives(g8)
+        + [s for s in prose if s.positive]
+        + _negatives(g)
+        + _issue8_negatives(g8)
+        + [s for s in prose if not s.positive]
+    )
 
 
 def build_issue8_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:

@@ -647,3 +647,59 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
 )
+
+
+# --- Passwords stated in prose -----------------------------------------------------------------
+
+_PROSE_PASSWORD_RE = rx(
+    r"""(?:pass(?:word|wd|phrase)|pwd)(?:[ \t]{1,4}(?:is|was)|'s)
+    (?P<colon>[ \t]{0,4}[:=])?[ \t]{1,4}["'`]?
+    (?P<secret>[^\s"'`,;(\[<][^\s"'`,;]{0,255}?)(?=[.!?)\]]{0,4}(?:\s|$|["'`,;]))""",
+    re.IGNORECASE,
+)
+_PROSE_NOT_SECRET_SUFFIXES = ("-hashed", "-encoded", "-encrypted", "-protected", "-based")
+
+
+def _prose_password_ok(m: re.Match[str], value: str, text: str) -> bool:
+    """A stated password: any real value after ``is:``, a token-shaped one after ``is``."""
+    if is_placeholder(value):
+        return False
+    if m.group("colon"):
+        return True
+    low = value.lower()
+    if "1password" in low or low.endswith(_PROSE_NOT_SECRET_SUFFIXES):
+        return False  # the password manager, "sha256-hashed"
+    return looks_random(value)
+
+
+PROSE_RULES: tuple[Rule, ...] = (
+    Rule(
+        "prose-password",
+        "password stated in prose",
+        "'the password is: X' (any real value after the colon), 'my password is X' when X "
+        "has the shape of a generated secret (letters and digits, 8+ characters)",
+        ("password is", "password was", "password's", "passwd is", "passphrase is", "pwd is"),
+        _PROSE_PASSWORD_RE,
+        _prose_password_ok,
+        (
+            "my password is: «hunter2»",
+            "The password is «Hunter2Secret9».",
+            "db password was «s3cr3tPassw0rd» before the rotation",
+            "the passphrase is: «correct-horse-battery»",
+            "Log in as admin (password is «Tr0ub4dor3xyz»)",
+            "PASSWORD IS: «Q7r2K5m3»",
+        ),
+        (
+            "the password is required",
+            "the password is too short",
+            "the password is 8 characters long",
+            "the password is stored in 1Password",
+            "the password is sha256-hashed before storage",
+            "the password is: ${DB_PASSWORD}",
+            "the password is: <your-password>",
+            "the password's hash is compared in constant time",
+            "password is not set in CI",
+            "the password was rotated yesterday",
+        ),
+    ),
+)
