@@ -678,7 +678,17 @@ PROSE_RULES: tuple[Rule, ...] = (
         "password stated in prose",
         "'the password is: X' (any real value after the colon), 'my password is X' when X "
         "has the shape of a generated secret (letters and digits, 8+ characters)",
-        ("password is", "password was", "password's", "passwd is", "passphrase is", "pwd is"),
+        (
+            "password is",
+            "password was",
+            "password's",
+            "passwd is",
+            "passwd was",
+            "passphrase is",
+            "passphrase was",
+            "pwd is",
+            "pwd was",
+        ),
         _PROSE_PASSWORD_RE,
         _prose_password_ok,
         (
@@ -688,6 +698,8 @@ PROSE_RULES: tuple[Rule, ...] = (
             "the passphrase is: «correct-horse-battery»",
             "Log in as admin (password is «Tr0ub4dor3xyz»)",
             "PASSWORD IS: «Q7r2K5m3»",
+            "the old passphrase was «fU3GzJjC7RJvBP» before the rotation",
+            "FYI the pwd was: «river42!MAP»",
         ),
         (
             "the password is required",
