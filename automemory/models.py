@@ -1,5 +1,7 @@
 """Auto memory's own tables: per-user settings, per-task flags and the extraction log."""
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -13,6 +15,10 @@ MAX_DURATION_SECONDS = 7 * 24 * 3600
 MAX_RESULT_CHARS = 1_000_000
 MAX_INTERNAL_MCP_SERVERS = 50
 MCP_SERVER_NAME_MAX_CHARS = 100
+MIN_INJECTION_MAX_CHARS = 200
+MAX_INJECTION_MAX_CHARS = 1_000_000
+MAX_UNUSED_DAYS = 3650
+MAX_MEMORY_BUDGET_USD = Decimal("100000")
 
 
 def mcp_server_names_problems(value) -> list[str]:
@@ -46,6 +52,11 @@ def validate_mcp_server_names(value) -> None:
         raise ValidationError(problems)
 
 
+class InjectionRanking(models.TextChoices):
+    RECENT = "recent", "Newest first"
+    RELEVANT = "relevant", "Most relevant to the task first (full-text search)"
+
+
 class AutoMemorySettings(models.Model):
     """A user's auto memory switches and gates. A user without a row has the defaults."""
 
@@ -74,6 +85,31 @@ class AutoMemorySettings(models.Model):
     internal_mcp_servers = models.JSONField(
         default=list, blank=True, validators=[validate_mcp_server_names]
     )
+    # Which memories the first turn gets, and the most characters the whole block may take.
+    injection_ranking = models.CharField(
+        max_length=16, choices=InjectionRanking.choices, default=InjectionRanking.RECENT
+    )
+    injection_max_chars = models.PositiveIntegerField(
+        default=10_000,
+        validators=[
+            MinValueValidator(MIN_INJECTION_MAX_CHARS),
+            MaxValueValidator(MAX_INJECTION_MAX_CHARS),
+        ],
+    )
+    # Retention: archive auto memories neither injected nor created in this many days (0: off).
+    max_unused_days = models.PositiveIntegerField(
+        default=0, validators=[MinValueValidator(0), MaxValueValidator(MAX_UNUSED_DAYS)]
+    )
+    # The most auto memory's model calls may cost this user in a UTC calendar month.
+    monthly_memory_budget_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        default=Decimal("1.00"),
+        validators=[MinValueValidator(Decimal("0")), MaxValueValidator(MAX_MEMORY_BUDGET_USD)],
+    )
+    # When the extraction model is unavailable, write the deterministic memory instead of
+    # waiting for the model (off: the task waits and is retried).
+    fallback_to_deterministic = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -98,6 +134,24 @@ class AutoMemorySettings(models.Model):
             models.CheckConstraint(
                 condition=Q(min_result_chars__gte=0) & Q(min_result_chars__lte=MAX_RESULT_CHARS),
                 name="automemory_settings_chars_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(injection_ranking__in=[r.value for r in InjectionRanking]),
+                name="automemory_settings_ranking_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(injection_max_chars__gte=MIN_INJECTION_MAX_CHARS)
+                & Q(injection_max_chars__lte=MAX_INJECTION_MAX_CHARS),
+                name="automemory_settings_injection_chars_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_unused_days__gte=0) & Q(max_unused_days__lte=MAX_UNUSED_DAYS),
+                name="automemory_settings_unused_days_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(monthly_memory_budget_usd__gte=0)
+                & Q(monthly_memory_budget_usd__lte=MAX_MEMORY_BUDGET_USD),
+                name="automemory_settings_memory_budget_range",
             ),
         ]
 
@@ -128,7 +182,13 @@ class TaskAutoMemoryFlags(models.Model):
 
 
 # Skips that may clear by themselves (time passes, quota frees up): retried every round.
-TRANSIENT_REASONS = ("not_idle", "quota_low", "quota_check_failed")
+TRANSIENT_REASONS = (
+    "not_idle",
+    "quota_low",
+    "quota_check_failed",
+    "model_unavailable",
+    "memory_budget_exhausted",
+)
 # Skips that hold until the task, the user's settings or the task's flags change.
 STABLE_REASONS = (
     "generate_disabled",
@@ -137,6 +197,8 @@ STABLE_REASONS = (
     "result_too_short",
     "external_context",
     "private_content",
+    "no_durable_signal",
+    "already_known",
 )
 # An extraction that failed unexpectedly is retried this many times at most.
 MAX_ERROR_ATTEMPTS = 5
@@ -163,8 +225,19 @@ class Reason(models.TextChoices):
     PRIVATE_CONTENT = "private_content", "Would hold a user-level memory's text"
     QUOTA_LOW = "quota_low", "Monthly quota low"
     QUOTA_CHECK_FAILED = "quota_check_failed", "Quota could not be read"
+    NO_DURABLE_SIGNAL = "no_durable_signal", "Nothing durable to remember (model's judgement)"
+    ALREADY_KNOWN = "already_known", "Already known (consolidation found it remembered)"
+    MODEL_UNAVAILABLE = "model_unavailable", "Memory model unavailable (retried later)"
+    MEMORY_BUDGET_EXHAUSTED = (
+        "memory_budget_exhausted",
+        "Monthly memory budget used up (retried next month)",
+    )
     NEW = "new", "New memory"
     SUPERSEDED = "superseded", "Superseded an older memory"
+    # Written, but at once superseded by the active memory of a task that finished later.
+    SUPERSEDED_ON_WRITE = "superseded_on_write", "Written, superseded by a later task's memory"
+    MERGED = "merged", "Merged into an existing memory"
+    MODEL_OUTPUT_INVALID = "model_output_invalid", "Model's answer did not match the schema"
     ERROR = "error", "Unexpected error"
 
 

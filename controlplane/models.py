@@ -234,11 +234,13 @@ class Quota(models.Model):
 
 
 class UsageKind(models.TextChoices):
-    """What a ledger row paid for. Later kinds (auto memory's model calls, e.g.
-    `memory_extraction`, `memory_consolidation`) are added here with a migration of the
+    """What a ledger row paid for. A new kind is added here with a migration of the
     `usage_kind_valid` check; every kind counts towards the user's monthly spend."""
 
     TASK_RUN = "task_run", "Task run"
+    # Auto memory's model calls, charged to the task's user (no turn, no thread).
+    MEMORY_EXTRACTION = "memory_extraction", "Memory extraction (model call)"
+    MEMORY_CONSOLIDATION = "memory_consolidation", "Memory consolidation (model call)"
 
 
 # The token counts of a ledger row (the same names as the executors' `TokenUsage`).
@@ -381,6 +383,8 @@ class MemorySource(models.TextChoices):
 class MemoryStatus(models.TextChoices):
     ACTIVE = "active", "Active"
     SUPERSEDED = "superseded", "Superseded"
+    # Retired by the retention rule (unused for too long); visible and restorable.
+    ARCHIVED = "archived", "Archived"
 
 
 class IdentityMemory(models.Model):
@@ -430,6 +434,30 @@ class IdentityMemory(models.Model):
         on_delete=models.SET_NULL,
         related_name="created_memories",
     )
+    # Search words a model gave with the memory (model-based extraction); may be empty.
+    keywords = models.JSONField(default=list, blank=True)
+    # Usage: how many tasks the memory was injected into, and when last.
+    injection_count = models.PositiveIntegerField(default=0)
+    last_injected_at = models.DateTimeField(null=True, blank=True)
+    # Content that reads like instructions to the agent ("ignore previous instructions",
+    # role tags...). A flagged auto memory is injected only once a project owner approved it.
+    instruction_flags = models.JSONField(default=list, blank=True)
+    flagged = models.BooleanField(default=False)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approved_memories",
+    )
+    # When the retention rule archived the memory (status `archived`); cleared on restore.
+    archived_at = models.DateTimeField(null=True, blank=True)
+    # Every task whose knowledge is in this memory (the first is `source_task`; a
+    # consolidation that merges a task into the memory adds it). A task feeds one memory.
+    source_tasks = models.ManyToManyField(
+        Task, through="MemorySourceTask", related_name="sourced_memories", blank=True
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -467,6 +495,15 @@ class IdentityMemory(models.Model):
                 condition=Q(status__in=[s.value for s in MemoryStatus]),
                 name="memory_status_valid",
             ),
+            models.CheckConstraint(
+                condition=Q(status="archived", archived_at__isnull=False)
+                | (~Q(status="archived") & Q(archived_at__isnull=True)),
+                name="memory_archived_has_time",
+            ),
+            models.CheckConstraint(
+                condition=Q(approved_at__isnull=True) | Q(flagged=True),
+                name="memory_approval_needs_flag",
+            ),
             # One auto memory per source task.
             models.UniqueConstraint(
                 fields=["source_task"],
@@ -483,6 +520,38 @@ class IdentityMemory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} memory {self.pk}"
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """A flagged auto memory no owner has approved yet: it is not injected."""
+        return self.source == MemorySource.AUTO and self.flagged and self.approved_at is None
+
+
+class MemorySourceTask(models.Model):
+    """A task whose knowledge went into a memory (provenance: memory -> tasks).
+
+    Unique per task: a task goes into at most one memory, whether it made a new one or was
+    merged into an existing one by consolidation.
+    """
+
+    memory = models.ForeignKey(
+        IdentityMemory, on_delete=models.CASCADE, related_name="source_links"
+    )
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="memory_links")
+    # How the task got in: it made the memory, or it was merged into it.
+    merged = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "identity_memory_source_tasks"
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["task"], name="memory_source_one_memory_per_task"),
+        ]
+        indexes = [models.Index(fields=["memory", "created_at"], name="memory_source_memory_idx")]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} -> memory {self.memory_id}"
 
 
 class AuditEvent(models.Model):
