@@ -11,10 +11,15 @@ from rest_framework import serializers
 from automemory.models import (
     MAX_DURATION_SECONDS,
     MAX_IDLE_SECONDS,
+    MAX_INJECTION_MAX_CHARS,
     MAX_INTERNAL_MCP_SERVERS,
+    MAX_MEMORY_BUDGET_USD,
     MAX_RESULT_CHARS,
+    MAX_UNUSED_DAYS,
+    MIN_INJECTION_MAX_CHARS,
     MCP_SERVER_NAME_MAX_CHARS,
     AutoMemoryLog,
+    InjectionRanking,
     Outcome,
     Reason,
     mcp_server_names_problems,
@@ -44,6 +49,17 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, float) and not data.is_integer():
             self.fail("invalid")
         return super().to_internal_value(int(data))
+
+
+class StrictDecimalField(serializers.DecimalField):
+    """A JSON number or a decimal string ("1.50"); booleans are refused."""
+
+    default_error_messages = {"invalid": "Must be a number (e.g. 1.5) or a decimal string."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float | str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 class ModelNameField(serializers.CharField):
@@ -99,6 +115,40 @@ class AutoMemorySettingsSerializer(RejectUnknownFieldsMixin, serializers.Seriali
         help_text="MCP servers whose tool calls count as internal, not external context "
         f"(names as the agent reports them; at most {MAX_INTERNAL_MCP_SERVERS}, each at most "
         f"{MCP_SERVER_NAME_MAX_CHARS} characters)."
+    )
+    injection_ranking = serializers.ChoiceField(
+        choices=InjectionRanking.choices,
+        required=False,
+        help_text="Which memories the first turn gets: `recent` (newest first) or `relevant` "
+        "(best full-text match with the task's goal and prompt; recent ones fill free slots).",
+    )
+    injection_max_chars = StrictIntegerField(
+        required=False,
+        min_value=MIN_INJECTION_MAX_CHARS,
+        max_value=MAX_INJECTION_MAX_CHARS,
+        help_text="The most characters the whole injected block may take (header, delimiters "
+        "and memories); memories that do not fit whole are left out.",
+    )
+    max_unused_days = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_UNUSED_DAYS,
+        help_text="Archive auto memories neither injected nor created in this many days "
+        "(0: never). Archived memories stay visible and can be restored.",
+    )
+    monthly_memory_budget_usd = StrictDecimalField(
+        required=False,
+        max_digits=12,
+        decimal_places=2,
+        min_value=0,
+        max_value=MAX_MEMORY_BUDGET_USD,
+        help_text="The most auto memory's model calls may cost you in a calendar month (UTC); "
+        "once reached, extraction waits for the next month.",
+    )
+    fallback_to_deterministic = StrictBooleanField(
+        required=False,
+        help_text="When the extraction model is unavailable, write the deterministic memory "
+        "instead of waiting for the model.",
     )
     updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
 

@@ -1,5 +1,6 @@
 """A user's auto memory settings and a task's flags, and what is in effect for a task."""
 
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -24,6 +25,11 @@ SETTINGS_FIELDS = (
     "extract_model",
     "consolidation_model",
     "internal_mcp_servers",
+    "injection_ranking",
+    "injection_max_chars",
+    "max_unused_days",
+    "monthly_memory_budget_usd",
+    "fallback_to_deterministic",
 )
 
 
@@ -58,7 +64,8 @@ def settings_update(*, user, changes: dict[str, Any], actor=None) -> AutoMemoryS
         actor=actor or user,
         target_type="user",
         target_id=user.pk,
-        data={"changes": changes},
+        # Decimals (the memory budget) as strings: the audit log is JSON.
+        data={"changes": {k: str(v) if isinstance(v, Decimal) else v for k, v in changes.items()}},
     )
     return current
 

@@ -55,4 +55,4 @@ class Command(BaseCommand):
         body = {name: getattr(settings, name) for name in SETTINGS_FIELDS}
         body["username"] = user.username
         body["updated_at"] = settings.updated_at.isoformat() if settings.updated_at else None
-        self.stdout.write(json.dumps(body, indent=2, sort_keys=True))
+        self.stdout.write(json.dumps(body, indent=2, sort_keys=True, default=str))
