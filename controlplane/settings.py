@@ -127,6 +127,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# The memory console signs people in with a session (the API uses tokens).
+LOGIN_URL = "console:sign-in"
+LOGIN_REDIRECT_URL = "console:home"
+
 STATIC_URL = "static/"
 STATIC_ROOT = env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
 # whitenoise serves STATIC_ROOT with DEBUG off too: compressed files with hashed names, so they

@@ -8,6 +8,7 @@ from controlplane import health, metrics
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="api-docs", permanent=False)),
     path("admin/", admin.site.urls),
+    path("console/", include("automemory.console.urls")),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),

@@ -1,0 +1,1 @@
+"""The memory console: server-rendered pages over the same services and selectors as the API."""
