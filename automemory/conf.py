@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 
 DEFAULTS: dict[str, Any] = {
-    # Dotted path of the callable `(task) -> str` that writes a memory's text. The default is
-    # the deterministic v1 excerpt; a model-based extractor plugs in here.
+    # Dotted path of the callable `(task) -> str` that writes a memory's text when the user
+    # has no `extract_model` (the deterministic excerpt by default).
     "CONTENT_STRATEGY": "automemory.services.content.memory_content",
     # How many memories of each scope the first turn of a task receives.
     "INJECT_USER_LIMIT": 5,
@@ -23,6 +23,40 @@ DEFAULTS: dict[str, Any] = {
     # quota, or whose quota could not be read; errors back off from 1 minute to 1 hour.
     "QUOTA_LOW_RETRY_SECONDS": 600,
     "QUOTA_CHECK_RETRY_SECONDS": 60,
+    # --- Model-based extraction (docs/auto-memory.md, "Model-based extraction") ---
+    # The OpenAI-compatible endpoint. None: the SDK's own OPENAI_BASE_URL / OPENAI_API_KEY
+    # environment variables (and its default, api.openai.com). A local server that needs no
+    # key (Ollama, vLLM) is sent a placeholder key.
+    "OPENAI_BASE_URL": None,
+    "OPENAI_API_KEY": None,
+    # One HTTP call may take this long; the SDK retries a timeout, 429 or 5xx this many times
+    # (with its own short back-off) before the task is skipped as `model_unavailable`.
+    "MODEL_TIMEOUT_SECONDS": 30.0,
+    "MODEL_MAX_RETRIES": 1,
+    # USD per 1M tokens by model name; "default" prices a model missing from the table.
+    # Cached input is part of the prompt tokens, billed at `cached_input` (default: `input`).
+    "MODEL_PRICES": {
+        "default": {"input": "1.25", "cached_input": "0.125", "output": "10.00"},
+        "gpt-5": {"input": "1.25", "cached_input": "0.125", "output": "10.00"},
+        "gpt-5-mini": {"input": "0.25", "cached_input": "0.025", "output": "2.00"},
+        "gpt-5-nano": {"input": "0.05", "cached_input": "0.005", "output": "0.40"},
+        "gpt-4.1-mini": {"input": "0.40", "cached_input": "0.10", "output": "1.60"},
+        "gpt-4o-mini": {"input": "0.15", "cached_input": "0.075", "output": "0.60"},
+    },
+    # The most model calls (extraction and consolidation, repair retries included) one sweep
+    # makes; the tasks left over wait, untouched, for the next sweep.
+    "MODEL_CALLS_PER_SWEEP": 50,
+    # The longest memory text the model may write (longer answers are cut).
+    "MEMORY_MAX_CHARS": 1200,
+    # How much of each part of a task the extraction model is shown.
+    "MODEL_INPUT_GOAL_CHARS": 2000,
+    "MODEL_INPUT_PROMPT_CHARS": 4000,
+    "MODEL_INPUT_RESULT_CHARS": 12000,
+    "MODEL_INPUT_EVENTS": 40,
+    # `model_unavailable` back-off: this long first, doubling while the model stays away,
+    # at most the maximum.
+    "MODEL_UNAVAILABLE_RETRY_SECONDS": 120,
+    "MODEL_UNAVAILABLE_RETRY_MAX_SECONDS": 3600,
 }
 
 

@@ -1,0 +1,409 @@
+"""The model client of auto memory: one JSON-schema call to an OpenAI-compatible server.
+
+`model_json_call` is what extraction and consolidation use. It checks the user's monthly
+memory budget, makes a Chat Completions call with a strict `json_schema` response format
+through the official `openai` SDK, writes one usage-ledger row per HTTP call that returned
+usage (priced with `AUTOMEMORY_MODEL_PRICES`), validates the answer against the schema,
+repairs once, and turns every failure into one of three exceptions the sweep knows how to
+log: `ModelUnavailable` (transient), `ModelOutputInvalid` (an error) and
+`MemoryBudgetExhausted` (transient until next month). A sweep's cap on model calls is a
+`SweepModelCalls`; when it is used up the call raises `ModelCallCapReached` before any
+HTTP request, and the caller leaves the task for the next sweep.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import openai
+from django.db.models import Sum
+from django.utils import timezone
+
+from automemory import conf
+from automemory.models import AutoMemorySettings
+from controlplane.models import UsageKind, UsageRecord
+from controlplane.services.usage import usage_record
+
+logger = logging.getLogger(__name__)
+
+ONE_MILLION = Decimal(1_000_000)
+COST_QUANTUM = Decimal("0.000001")
+# The ledger kinds that are auto memory's model calls (what the memory budget counts).
+MEMORY_USAGE_KINDS = (UsageKind.MEMORY_EXTRACTION, UsageKind.MEMORY_CONSOLIDATION)
+# Local OpenAI-compatible servers ignore the key, but the SDK insists on one.
+PLACEHOLDER_API_KEY = "not-needed"
+# HTTP statuses that say the request itself is wrong (not worth retrying the same way).
+_REQUEST_REJECTED_STATUSES = (400, 413, 422)
+
+
+class ModelUnavailable(Exception):
+    """The model could not answer: timeout, connection error, 429, 5xx (after the SDK's
+    bounded retries), or the server refused the credentials or the model name."""
+
+
+class ModelOutputInvalid(Exception):
+    """The answer did not parse or did not match the schema, even after one repair retry.
+
+    `raw_chars` is the size of the last raw answer; its text is never kept (it may quote the
+    task)."""
+
+    def __init__(self, message: str, *, raw_chars: int):
+        super().__init__(message)
+        self.raw_chars = raw_chars
+
+
+class MemoryBudgetExhausted(Exception):
+    """The user's monthly memory budget is used up; `retry_after` is the next month's start."""
+
+    def __init__(self, message: str, *, retry_after: datetime):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ModelCallCapReached(Exception):
+    """This sweep has made its `AUTOMEMORY_MODEL_CALLS_PER_SWEEP` calls: no request was sent."""
+
+
+class SweepModelCalls:
+    """The per-sweep cap on model calls: `take()` claims one call, False once `limit` are used."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit = conf.get("MODEL_CALLS_PER_SWEEP") if limit is None else limit
+        self.used = 0
+
+    def take(self) -> bool:
+        if self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+    @property
+    def exhausted(self) -> bool:
+        return self.used >= self.limit
+
+
+# --- Money ------------------------------------------------------------------------------------
+
+
+def next_month_start(moment: datetime) -> datetime:
+    """The first instant of the UTC month after `moment`'s."""
+    moment = moment.astimezone(UTC)
+    if moment.month == 12:
+        return datetime(moment.year + 1, 1, 1, tzinfo=UTC)
+    return datetime(moment.year, moment.month + 1, 1, tzinfo=UTC)
+
+
+def memory_spend_get(*, user_id: int, now: datetime | None = None) -> Decimal:
+    """What auto memory's model calls cost the user so far in `now`'s UTC month.
+
+    Reads the user's ledger rows of the month (the `(user, finished_at)` index), so the cost
+    grows with the user's usage in one month, not with history.
+    """
+    now = (now or timezone.now()).astimezone(UTC)
+    start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    total = UsageRecord.objects.filter(
+        user_id=user_id,
+        finished_at__gte=start,
+        finished_at__lt=next_month_start(now),
+        kind__in=MEMORY_USAGE_KINDS,
+    ).aggregate(total=Sum("cost_usd"))["total"]
+    return total or Decimal("0")
+
+
+def memory_budget_check(*, user_id: int, now: datetime | None = None) -> None:
+    """Raise `MemoryBudgetExhausted` when the user's memory spend this month reached the budget.
+
+    Checked before each call, so one call in flight may take the month a little past it.
+    """
+    now = now or timezone.now()
+    budget = (
+        AutoMemorySettings.objects.filter(user_id=user_id)
+        .values_list("monthly_memory_budget_usd", flat=True)
+        .first()
+    )
+    if budget is None:
+        budget = AutoMemorySettings._meta.get_field("monthly_memory_budget_usd").default
+    spent = memory_spend_get(user_id=user_id, now=now)
+    if spent >= budget:
+        raise MemoryBudgetExhausted(
+            f"memory spend ${spent:.4f} of the ${budget:.2f} monthly budget",
+            retry_after=next_month_start(now),
+        )
+
+
+def model_price(*, model: str, input_tokens: int, cached_input_tokens: int, output_tokens: int):
+    """USD for one call at `AUTOMEMORY_MODEL_PRICES[model]` (else its `default`), per 1M tokens."""
+    prices = conf.get("MODEL_PRICES") or {}
+    table = prices.get(model) or prices.get("default")
+    if not table:
+        logger.warning(
+            "no price for memory model %r and no default price: cost counted as 0", model
+        )
+        return Decimal("0")
+    input_rate = Decimal(str(table.get("input", 0)))
+    cached_rate = Decimal(str(table.get("cached_input", table.get("input", 0))))
+    output_rate = Decimal(str(table.get("output", 0)))
+    cached = min(cached_input_tokens, input_tokens)
+    cost = (
+        Decimal(input_tokens - cached) * input_rate
+        + Decimal(cached) * cached_rate
+        + Decimal(output_tokens) * output_rate
+    ) / ONE_MILLION
+    return cost.quantize(COST_QUANTUM)
+
+
+# --- The client -------------------------------------------------------------------------------
+
+
+def _endpoint() -> tuple[str | None, str]:
+    base_url = conf.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_BASE_URL") or None
+    api_key = conf.get("OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
+    return base_url, api_key
+
+
+@functools.lru_cache(maxsize=8)
+def _client(base_url: str | None, api_key: str, timeout: float, max_retries: int) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+    )
+
+
+def model_client() -> openai.OpenAI:
+    """The SDK client for the configured endpoint, timeout and retries (one per configuration)."""
+    base_url, api_key = _endpoint()
+    return _client(
+        base_url,
+        api_key,
+        float(conf.get("MODEL_TIMEOUT_SECONDS")),
+        int(conf.get("MODEL_MAX_RETRIES")),
+    )
+
+
+@dataclass(frozen=True)
+class _Answer:
+    raw: str
+    problem: str | None
+    data: dict | None
+
+
+def model_json_call(
+    *,
+    user,
+    task,
+    kind: UsageKind,
+    model: str,
+    system_prompt: str,
+    user_content: str,
+    schema_name: str,
+    schema: dict,
+    calls: SweepModelCalls | None = None,
+) -> dict:
+    """Ask `model` for a JSON object matching `schema`; return it.
+
+    Chat Completions with `response_format` `json_schema` (strict). The user's monthly memory
+    budget is checked first (`MemoryBudgetExhausted`); each HTTP call takes one of the sweep's
+    `calls` (`ModelCallCapReached` when none is left) and, when it returned usage, writes one
+    ledger row of `kind` charged to `user` and `task`. An answer that does not parse or match
+    is sent back once with what is wrong; a second bad answer raises `ModelOutputInvalid`.
+    Transport failures, 429 and 5xx raise `ModelUnavailable`. Never call it inside a
+    database transaction: it waits on the network.
+    """
+    memory_budget_check(user_id=user.pk)
+    messages: list[dict[str, str]] = [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": user_content},
+    ]
+    answer = _call(user=user, task=task, kind=kind, model=model, messages=messages,
+                   schema_name=schema_name, schema=schema, calls=calls)  # fmt: skip
+    if answer.problem is None:
+        return answer.data
+    logger.info(
+        "memory model %r answered %d characters that %s; asking once more",
+        model,
+        len(answer.raw),
+        answer.problem,
+    )
+    messages += [
+        {"role": "assistant", "content": answer.raw},
+        {
+            "role": "user",
+            "content": (
+                f"Your answer {answer.problem}. Answer again with only one JSON object that "
+                f"matches the {schema_name} schema."
+            ),
+        },
+    ]
+    repaired = _call(user=user, task=task, kind=kind, model=model, messages=messages,
+                     schema_name=schema_name, schema=schema, calls=calls)  # fmt: skip
+    if repaired.problem is None:
+        return repaired.data
+    raise ModelOutputInvalid(
+        f"the model's answer {repaired.problem} ({len(repaired.raw)} characters), "
+        "also after one repair retry",
+        raw_chars=len(repaired.raw),
+    )
+
+
+def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _Answer:
+    if calls is not None and not calls.take():
+        raise ModelCallCapReached(f"this sweep's {calls.limit} model calls are used")
+    try:
+        response = model_client().chat.completions.create(
+            model=model,
+            messages=messages,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": schema, "strict": True},
+            },
+        )
+    except openai.APITimeoutError as exc:
+        raise ModelUnavailable("the model did not answer in time") from exc
+    except openai.APIConnectionError as exc:
+        raise ModelUnavailable("the model server could not be reached") from exc
+    except openai.APIStatusError as exc:
+        if exc.status_code in _REQUEST_REJECTED_STATUSES:
+            raise RuntimeError(
+                f"the model server rejected the request (HTTP {exc.status_code})"
+            ) from exc
+        raise ModelUnavailable(f"the model server answered HTTP {exc.status_code}") from exc
+    except openai.OpenAIError as exc:
+        raise ModelUnavailable(f"the model call failed ({type(exc).__name__})") from exc
+    _record_usage(user=user, task=task, kind=kind, model=model, response=response)
+    raw = _answer_text(response)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return _Answer(raw, "is not valid JSON", None)
+    problem = schema_problem(data, schema)
+    if problem is not None:
+        return _Answer(raw, f"does not match the schema ({problem})", None)
+    return _Answer(raw, None, data)
+
+
+def _answer_text(response) -> str:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _token_count(value) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _record_usage(*, user, task, kind, model: str, response) -> None:
+    """One ledger row for one HTTP call that reported its usage (none when it did not)."""
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        logger.warning("memory model %r reported no usage: the call is not in the ledger", model)
+        return
+    input_tokens = _token_count(getattr(usage, "prompt_tokens", 0))
+    output_tokens = _token_count(getattr(usage, "completion_tokens", 0))
+    cached = _token_count(
+        getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0)
+    )
+    reasoning = _token_count(
+        getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", 0)
+    )
+    usage_record(
+        user_id=user.pk,
+        cost_usd=model_price(
+            model=model,
+            input_tokens=input_tokens,
+            cached_input_tokens=cached,
+            output_tokens=output_tokens,
+        ),
+        finished_at=timezone.now(),
+        kind=kind,
+        task_id=task.pk if task is not None else None,
+        project_id=getattr(task, "project_id", None),
+        model=model,
+        input_tokens=input_tokens,
+        cached_input_tokens=min(cached, input_tokens),
+        output_tokens=output_tokens,
+        reasoning_output_tokens=min(reasoning, output_tokens),
+    )
+
+
+# --- Schema check -----------------------------------------------------------------------------
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+    "null": (type(None),),
+}
+
+
+def schema_problem(value: Any, schema: dict, path: str = "$") -> str | None:
+    """What makes `value` not match `schema`, or None. The subset strict structured outputs
+    use: `type` (a name or a list), `properties`, `required`, `additionalProperties: false`,
+    `items`, `enum`, `minLength`/`maxLength`, `minItems`/`maxItems`, `minimum`/`maximum`,
+    `anyOf`. The message names the path, never the value."""
+    if "anyOf" in schema:
+        if all(schema_problem(value, option, path) for option in schema["anyOf"]):
+            return f"{path} matches none of the allowed forms"
+        return None
+    types = schema.get("type")
+    if types is not None:
+        names = [types] if isinstance(types, str) else list(types)
+        if not any(_is_type(value, name) for name in names):
+            return f"{path} is not of type {'/'.join(names)}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{path} is not one of the allowed values"
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0):
+            return f"{path} is too short"
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            return f"{path} is too long"
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        if "minimum" in schema and value < schema["minimum"]:
+            return f"{path} is below the minimum"
+        if "maximum" in schema and value > schema["maximum"]:
+            return f"{path} is above the maximum"
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            return f"{path} has too few items"
+        if "maxItems" in schema and len(value) > schema["maxItems"]:
+            return f"{path} has too many items"
+        if "items" in schema:
+            for index, item in enumerate(value):
+                problem = schema_problem(item, schema["items"], f"{path}[{index}]")
+                if problem:
+                    return problem
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        for name in schema.get("required", []):
+            if name not in value:
+                return f"{path}.{name} is missing"
+        if schema.get("additionalProperties") is False:
+            extra = sorted(set(value) - set(properties))
+            if extra:
+                return f"{path} has {len(extra)} unexpected field(s)"
+        for name, sub in properties.items():
+            if name in value:
+                problem = schema_problem(value[name], sub, f"{path}.{name}")
+                if problem:
+                    return problem
+    return None
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name in ("integer", "number") and isinstance(value, bool):
+        return False
+    if name == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _JSON_TYPES.get(name, ()))
