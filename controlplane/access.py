@@ -19,6 +19,7 @@ from controlplane.models import (
 READ = "read"
 CREATE_TASK = "create_task"
 MANAGE_MEMBERS = "manage_members"
+APPROVE_MEMORY = "approve_memory"
 
 
 def _role_allows(role: str | None, action: str) -> bool:
@@ -28,7 +29,7 @@ def _role_allows(role: str | None, action: str) -> bool:
         return True
     if action == CREATE_TASK:
         return role in CREATE_TASK_ROLES
-    if action == MANAGE_MEMBERS:
+    if action in (MANAGE_MEMBERS, APPROVE_MEMORY):
         return role == "owner"
     raise ValueError(f"unknown action {action!r}")
 
@@ -109,8 +110,7 @@ def task_get_for(*, user, task_id, action: str = READ) -> Task:
     return task
 
 
-def memory_get_for_delete(*, user, memory_id) -> IdentityMemory:
-    """A memory the user may forget: their own user-level one, or a project one with create_task."""
+def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
     pk = _parse_id(memory_id)
     memory = IdentityMemory.objects.filter(pk=pk).first() if pk else None
     if memory is None:
@@ -119,5 +119,23 @@ def memory_get_for_delete(*, user, memory_id) -> IdentityMemory:
         if memory.user_id != user.pk:
             raise NotFound("Memory not found.")
         return memory
-    _check(project_role(user=user, project_id=memory.project_id), CREATE_TASK, "Memory")
+    _check(project_role(user=user, project_id=memory.project_id), action, "Memory")
     return memory
+
+
+def memory_get_for_delete(*, user, memory_id) -> IdentityMemory:
+    """A memory the user may forget: their own user-level one, or a project one with create_task."""
+    return _memory_get_for(user=user, memory_id=memory_id, action=CREATE_TASK)
+
+
+def memory_get_for_change(*, user, memory_id) -> IdentityMemory:
+    """A memory the user may edit or restore: the same rule as forgetting it (their own
+    user-level memory, or a project memory with create_task: owners and members)."""
+    return _memory_get_for(user=user, memory_id=memory_id, action=CREATE_TASK)
+
+
+def memory_get_for_approve(*, user, memory_id) -> IdentityMemory:
+    """A memory the user may approve: project owners only (403 for other members, 404 for
+    non-members). A user-level memory is returned to its user; the service refuses it, as
+    only flagged auto memories (always project-level) await approval."""
+    return _memory_get_for(user=user, memory_id=memory_id, action=APPROVE_MEMORY)

@@ -5,14 +5,25 @@ first. The host knows no rules of its own: an app registers a check (automemory 
 secret check in `ready()`), so the host never imports the apps that plug into it.
 """
 
+import logging
 from collections.abc import Callable
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from controlplane.errors import DomainError
+from controlplane.errors import ConflictError, DomainError
 from controlplane.limits import MEMORY_MAX_CHARS, text_require
-from controlplane.models import IdentityMemory, MemoryScope, MemorySource, Project
+from controlplane.models import (
+    IdentityMemory,
+    MemoryScope,
+    MemorySource,
+    MemoryStatus,
+    Project,
+)
 from controlplane.services.audit import audit_record
+from controlplane.services.instructions import instruction_flags
+
+logger = logging.getLogger(__name__)
 
 # A check takes memory text and returns why it may not be stored (never quoting the text), or
 # None when it may.
@@ -45,6 +56,7 @@ def memory_content_validate(*, content: str) -> str:
 def memory_create(*, user, content: str, project: Project | None = None) -> IdentityMemory:
     """A manual memory: about `project` when given, else about the user themself."""
     content = memory_content_validate(content=content)
+    flags = instruction_flags(content)
     memory = IdentityMemory.objects.create(
         scope=MemoryScope.USER if project is None else MemoryScope.PROJECT,
         user=user if project is None else None,
@@ -52,15 +64,167 @@ def memory_create(*, user, content: str, project: Project | None = None) -> Iden
         content=content,
         source=MemorySource.MANUAL,
         created_by=user,
+        instruction_flags=flags,
+        flagged=bool(flags),
     )
     audit_record(
         action="memory_created",
         actor=user,
         target_type="memory",
         target_id=memory.pk,
-        data={"scope": memory.scope, "project_id": memory.project_id},
+        data={"scope": memory.scope, "project_id": memory.project_id, "instruction_flags": flags},
     )
     return memory
+
+
+def memory_flags_apply(memory: IdentityMemory) -> bool:
+    """Set `memory`'s instruction flags from its content (not saved). An approval stands only
+    while the flags it approved are unchanged; returns whether the flags changed."""
+    flags = instruction_flags(memory.content)
+    changed = flags != list(memory.instruction_flags or [])
+    memory.instruction_flags = flags
+    memory.flagged = bool(flags)
+    if changed or not flags:
+        memory.approved_at = None
+        memory.approved_by = None
+    return changed
+
+
+def _locked(memory: IdentityMemory) -> IdentityMemory:
+    locked = IdentityMemory.objects.select_for_update().filter(pk=memory.pk).first()
+    if locked is None:
+        raise ConflictError("The memory was deleted meanwhile.")
+    return locked
+
+
+@transaction.atomic
+def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemory:
+    """Replace a memory's content (manual or auto; an auto memory edited by hand stays auto).
+
+    The content passes the same checks as a new memory's and is flagged again: new text
+    needs a new approval, so an approval is cleared whenever the content changes and the
+    result is still flagged. The caller has checked the user may (see controlplane.access).
+    """
+    content = memory_content_validate(content=content)
+    memory = _locked(memory)
+    if content == memory.content:
+        return memory
+    previous_flags = list(memory.instruction_flags or [])
+    was_approved = memory.approved_at is not None
+    memory.content = content
+    memory_flags_apply(memory)
+    memory.approved_at = None
+    memory.approved_by = None
+    memory.save(
+        update_fields=[
+            "content",
+            "instruction_flags",
+            "flagged",
+            "approved_at",
+            "approved_by",
+            "updated_at",
+        ]
+    )
+    audit_record(
+        action="memory_updated",
+        actor=user,
+        target_type="memory",
+        target_id=memory.pk,
+        data={
+            "scope": memory.scope,
+            "source": memory.source,
+            "project_id": memory.project_id,
+            "instruction_flags": memory.instruction_flags,
+            "previous_instruction_flags": previous_flags,
+            "approval_cleared": was_approved,
+        },
+    )
+    return memory
+
+
+@transaction.atomic
+def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
+    """Let a flagged auto memory be injected (a project owner read it and found it harmless).
+
+    Only a flagged auto memory awaits approval (409 otherwise); approving twice changes
+    nothing. The caller has checked the user owns the project (see controlplane.access).
+    """
+    memory = _locked(memory)
+    if memory.source != MemorySource.AUTO or not memory.flagged:
+        raise ConflictError("Only a flagged auto memory awaits approval.")
+    if memory.approved_at is not None:
+        return memory
+    memory.approved_at = timezone.now()
+    memory.approved_by = user
+    memory.save(update_fields=["approved_at", "approved_by", "updated_at"])
+    audit_record(
+        action="memory_approved",
+        actor=user,
+        target_type="memory",
+        target_id=memory.pk,
+        data={"project_id": memory.project_id, "instruction_flags": memory.instruction_flags},
+    )
+    return memory
+
+
+@transaction.atomic
+def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
+    """Bring an archived memory back to active (it is injected again).
+
+    409 when the memory is not archived, or when its goal has another active auto memory
+    now (one goal keeps one active auto memory; forget or edit that one first). Restoring
+    resets the retention clock (`updated_at`), so the next sweep does not archive it again.
+    """
+    memory = _locked(memory)
+    if memory.status != MemoryStatus.ARCHIVED:
+        raise ConflictError(
+            f"Only an archived memory can be restored; this one is {memory.status}."
+        )
+    if memory.source == MemorySource.AUTO:
+        current = (
+            IdentityMemory.objects.filter(
+                project_id=memory.project_id,
+                goal_key=memory.goal_key,
+                source=MemorySource.AUTO,
+                status=MemoryStatus.ACTIVE,
+            )
+            .exclude(pk=memory.pk)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if current is not None:
+            raise ConflictError(_same_goal_message(current))
+    archived_at = memory.archived_at
+    memory.status = MemoryStatus.ACTIVE
+    memory.archived_at = None
+    try:
+        with transaction.atomic():
+            memory.save(update_fields=["status", "archived_at", "updated_at"])
+    except IntegrityError:
+        # Another active memory of the goal was written between the check and the save.
+        raise ConflictError(_same_goal_message(None)) from None
+    audit_record(
+        action="memory_restored",
+        actor=user,
+        target_type="memory",
+        target_id=memory.pk,
+        data={
+            "scope": memory.scope,
+            "source": memory.source,
+            "project_id": memory.project_id,
+            "archived_at": archived_at.isoformat() if archived_at else None,
+        },
+    )
+    logger.info("memory %s restored by user %s", memory.pk, getattr(user, "pk", None))
+    return memory
+
+
+def _same_goal_message(current_id: int | None) -> str:
+    which = f"memory {current_id}" if current_id else "another memory"
+    return (
+        f"The same goal has an active auto memory now ({which}); forget it before "
+        "restoring this one."
+    )
 
 
 @transaction.atomic
