@@ -123,6 +123,11 @@ def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
     return memory
 
 
+def memory_get_for_read(*, user, memory_id) -> IdentityMemory:
+    """A memory the user may see: their own user-level one, or one of their projects'."""
+    return _memory_get_for(user=user, memory_id=memory_id, action=READ)
+
+
 def memory_get_for_delete(*, user, memory_id) -> IdentityMemory:
     """A memory the user may forget: their own user-level one, or a project one with create_task."""
     return _memory_get_for(user=user, memory_id=memory_id, action=CREATE_TASK)

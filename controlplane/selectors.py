@@ -77,7 +77,7 @@ def _memory_filter(
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
-    return memories.select_related("created_by").order_by("-created_at", "-id")
+    return memories.select_related("created_by", "approved_by").order_by("-created_at", "-id")
 
 
 def memory_list_for_user(

@@ -3,7 +3,9 @@
 from decimal import ROUND_DOWN
 
 from django.contrib.auth import get_user_model
+from django.urls import reverse
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api.common import RejectUnknownFieldsMixin
@@ -18,6 +20,7 @@ from controlplane.models import (
     ApiToken,
     IdentityMemory,
     Membership,
+    MemoryScope,
     MemorySource,
     MemoryStatus,
     Project,
@@ -28,6 +31,7 @@ from controlplane.models import (
     TaskStatus,
     UsageRecord,
 )
+from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
 from controlplane.services.tokens import TOKEN_EXPIRES_MAX_DAYS, TOKEN_NAME_MAX_CHARS
 
 MAX_ID = 2**63 - 1
@@ -150,7 +154,19 @@ class TaskSummaryOutput(serializers.ModelSerializer):
         return text.splitlines()[0][:200] if text else ""
 
 
+class InjectedMemoryOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.CharField(help_text="The memory's API path (`GET /memories/{id}`).")
+    scope = serializers.ChoiceField(choices=MemoryScope.choices)
+    status = serializers.ChoiceField(choices=MemoryStatus.choices)
+
+
 class TaskDetailOutput(TaskSummaryOutput):
+    injected_memories = serializers.SerializerMethodField(
+        help_text="The memories injected into the first turn (of `injected_memory_ids`, "
+        "those not forgotten since), with links."
+    )
+
     class Meta(TaskSummaryOutput.Meta):
         fields = [
             *TaskSummaryOutput.Meta.fields,
@@ -165,6 +181,21 @@ class TaskDetailOutput(TaskSummaryOutput):
             "worker_id",
             "heartbeat_at",
             "injected_memory_ids",
+            "injected_memories",
+        ]
+
+    @extend_schema_field(InjectedMemoryOutput(many=True))
+    def get_injected_memories(self, task: Task) -> list[dict]:
+        """The memories injected into the task's first turn that still exist (one query)."""
+        ids = [pk for pk in task.injected_memory_ids or [] if isinstance(pk, int)]
+        if not ids:
+            return []
+        rows = IdentityMemory.objects.filter(pk__in=ids).values("id", "scope", "status")
+        found = {row["id"]: row for row in rows}
+        return [
+            {**found[pk], "url": reverse("memory", kwargs={"memory_id": pk})}
+            for pk in ids
+            if pk in found
         ]
 
 
@@ -222,6 +253,10 @@ class MemoryInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(max_length=MEMORY_MAX_CHARS)
 
 
+class NoInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    """An action's body: nothing (an empty JSON object or no body at all)."""
+
+
 class MemoryFilterInput(serializers.Serializer):
     status = serializers.ChoiceField(choices=MemoryStatus.choices, required=False)
     source = serializers.ChoiceField(choices=MemorySource.choices, required=False)
@@ -235,6 +270,21 @@ class MemoryOutput(serializers.ModelSerializer):
         help_text="For an auto memory: the id of the task it was extracted from.",
     )
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    instruction_flags = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Why the content reads like instructions to the agent (flag ids: "
+        + ", ".join(f"`{flag}` {label.lower()}" for flag, label in INSTRUCTION_FLAG_LABELS.items())
+        + "); empty when it does not.",
+    )
+    awaiting_approval = serializers.BooleanField(
+        read_only=True,
+        help_text="A flagged auto memory no project owner approved yet: it is not injected.",
+    )
+    approved_by = serializers.CharField(source="approved_by.username", read_only=True, default=None)
+    injection_count = serializers.IntegerField(
+        read_only=True, help_text="How many tasks the memory was injected into."
+    )
 
     class Meta:
         model = IdentityMemory
@@ -250,7 +300,16 @@ class MemoryOutput(serializers.ModelSerializer):
             "created_by",
             "created_at",
             "updated_at",
+            "injection_count",
+            "last_injected_at",
+            "flagged",
+            "instruction_flags",
+            "awaiting_approval",
+            "approved_at",
+            "approved_by",
+            "archived_at",
         ]
+        read_only_fields = fields
 
 
 # --- Quota ----------------------------------------------------------------------------------

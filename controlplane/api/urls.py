@@ -29,4 +29,14 @@ urlpatterns = [
     path("users/me/tokens/<str:token_id>", views.MyTokenDetailView.as_view(), name="my-token"),
     path("users/<str:username>/quota", views.UserQuotaView.as_view(), name="user-quota"),
     path("memories/<str:memory_id>", views.MemoryDetailView.as_view(), name="memory"),
+    path(
+        "memories/<str:memory_id>/approve",
+        views.MemoryApproveView.as_view(),
+        name="memory-approve",
+    ),
+    path(
+        "memories/<str:memory_id>/restore",
+        views.MemoryRestoreView.as_view(),
+        name="memory-restore",
+    ),
 ]

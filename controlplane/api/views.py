@@ -19,7 +19,10 @@ from controlplane.access import (
     CREATE_TASK,
     MANAGE_MEMBERS,
     READ,
+    memory_get_for_approve,
+    memory_get_for_change,
     memory_get_for_delete,
+    memory_get_for_read,
     project_get_for,
     task_get_for,
 )
@@ -37,7 +40,13 @@ from controlplane.api.common import (
 )
 from controlplane.api.pagination import paginated_response
 from controlplane.limits import text_problem
-from controlplane.services.memories import memory_create, memory_delete
+from controlplane.services.memories import (
+    memory_approve,
+    memory_create,
+    memory_delete,
+    memory_restore,
+    memory_update,
+)
 from controlplane.services.projects import membership_set, project_create
 from controlplane.services.quota import quota_reset, quota_set, quota_status_get
 from controlplane.services.tasks import followup_create, task_continue, task_create
@@ -288,6 +297,30 @@ class ProjectMemoriesView(APIView):
 @extend_schema(parameters=[MEMORY_ID])
 class MemoryDetailView(APIView):
     @extend_schema(
+        operation_id="memories_retrieve",
+        summary="One memory, with its usage, flags and status (its user, or project members)",
+        responses={200: s.MemoryOutput, **errors(401, 404)},
+    )
+    def get(self, request: Request, memory_id: str) -> Response:
+        memory = memory_get_for_read(user=request.user, memory_id=memory_id)
+        return Response(s.MemoryOutput(memory).data)
+
+    @extend_schema(
+        operation_id="memories_update",
+        summary="Edit a memory's content (its user, or create_task on its project)",
+        description="The content is checked like a new memory's and flagged again; a changed "
+        "content needs a new approval when it is still flagged. An auto memory edited by hand "
+        "stays auto.",
+        request=s.MemoryInput,
+        responses={200: s.MemoryOutput, **errors(400, 401, 403, 404)},
+    )
+    def patch(self, request: Request, memory_id: str) -> Response:
+        memory = memory_get_for_change(user=request.user, memory_id=memory_id)
+        data = validated(s.MemoryInput, request.data)
+        memory = memory_update(user=request.user, memory=memory, **data)
+        return Response(s.MemoryOutput(memory).data)
+
+    @extend_schema(
         operation_id="memories_delete",
         summary="Forget a memory (its user, or create_task on its project)",
         responses={204: None, **errors(401, 403, 404)},
@@ -296,6 +329,50 @@ class MemoryDetailView(APIView):
         memory = memory_get_for_delete(user=request.user, memory_id=memory_id)
         memory_delete(user=request.user, memory=memory)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema(parameters=[MEMORY_ID])
+class MemoryApproveView(APIView):
+    @extend_schema(
+        operation_id="memories_approve",
+        summary="Approve a flagged auto memory so that it is injected (project owner)",
+        description="409 when the memory is not a flagged auto memory. Approving an approved "
+        "memory changes nothing.",
+        request=None,
+        responses={
+            200: s.MemoryOutput,
+            409: OpenApiResponse(description="Not a flagged auto memory."),
+            **errors(401, 403, 404),
+        },
+    )
+    def post(self, request: Request, memory_id: str) -> Response:
+        memory = memory_get_for_approve(user=request.user, memory_id=memory_id)
+        validated(s.NoInput, request.data)
+        memory = memory_approve(user=request.user, memory=memory)
+        return Response(s.MemoryOutput(memory).data)
+
+
+@extend_schema(parameters=[MEMORY_ID])
+class MemoryRestoreView(APIView):
+    @extend_schema(
+        operation_id="memories_restore",
+        summary="Bring an archived memory back to active (its user, or create_task)",
+        description="409 when the memory is not archived, or when its goal has another "
+        "active auto memory now.",
+        request=None,
+        responses={
+            200: s.MemoryOutput,
+            409: OpenApiResponse(
+                description="Not archived, or the goal has another active auto memory."
+            ),
+            **errors(401, 403, 404),
+        },
+    )
+    def post(self, request: Request, memory_id: str) -> Response:
+        memory = memory_get_for_change(user=request.user, memory_id=memory_id)
+        validated(s.NoInput, request.data)
+        memory = memory_restore(user=request.user, memory=memory)
+        return Response(s.MemoryOutput(memory).data)
 
 
 # --- Quota ----------------------------------------------------------------------------------
