@@ -5,7 +5,8 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 
@@ -387,6 +388,13 @@ class MemoryStatus(models.TextChoices):
     ARCHIVED = "archived", "Archived"
 
 
+def memory_last_used():
+    """When a memory was last injected or written (created, edited, merged into, restored):
+    the age the retention rule reads. Its index (`memory_auto_retention_idx`) needs the query
+    to use this very expression."""
+    return Greatest(F("updated_at"), Coalesce(F("last_injected_at"), F("updated_at")))
+
+
 class IdentityMemory(models.Model):
     """A remembered fact about a user (scope user) or a project (scope project).
 
@@ -476,6 +484,14 @@ class IdentityMemory(models.Model):
                 fields=["project", "-created_at", "-id"],
                 name="memory_project_active_idx",
                 condition=Q(scope="project", status="active"),
+            ),
+            # Retention: a user's active auto memories (`created_by` is the source task's
+            # user) by when they were last used, so a pass reads only the stale ones.
+            models.Index(
+                F("created_by"),
+                memory_last_used(),
+                name="memory_auto_retention_idx",
+                condition=Q(source="auto", status="active"),
             ),
         ]
         constraints = [
