@@ -7,15 +7,27 @@ write through the API's services, so a page and an endpoint can never disagree.
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from rest_framework.exceptions import NotFound, PermissionDenied
 
-from automemory.services.preferences import settings_get
+from automemory import selectors
+from automemory.api.serializers import (
+    AutoMemoryLogFilterInput,
+    AutoMemorySettingsSerializer,
+    RunSummarySerializer,
+)
+from automemory.console import forms
+from automemory.console.explanations import REASON_EXPLANATIONS, reason_explanation
+from automemory.models import Outcome, Reason
+from automemory.services.extractor import process_auto_memories
+from automemory.services.preferences import SETTINGS_FIELDS, settings_get, settings_update
 from controlplane.access import projects_visible_to
 
 T = TypeVar("T")
@@ -47,8 +59,8 @@ class SignOutView(auth_views.LogoutView):
     next_page = "console:sign-in"
 
 
-@require_GET
 @login_required
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
     """The console's start page: the user's projects and their auto memory switches."""
     projects = projects_visible_to(request.user).order_by("name", "pk")[:20]
@@ -59,19 +71,130 @@ def home(request: HttpRequest) -> HttpResponse:
     )
 
 
+LOG_PAGE_SIZE = 25
+
+
 @login_required
+@require_http_methods(["GET", "POST"])
 def settings_page(request: HttpRequest) -> HttpResponse:
-    """The user's auto memory settings (filled in below)."""
-    return render(request, "console/settings.html", {})
+    """The user's auto memory settings: validated by the API's serializer, saved by the API's
+    service (which rechecks the tasks skipped under the old settings)."""
+    current = settings_get(user_id=request.user.pk)
+    values = {name: getattr(current, name) for name in SETTINGS_FIELDS}
+    errors: dict[str, list[str]] = {}
+    status = 200
+    if request.method == "POST":
+        data = forms.settings_data_from_post(request.POST)
+        serializer = AutoMemorySettingsSerializer(data=data)
+        if serializer.is_valid():
+            changes = {
+                name: value
+                for name, value in serializer.validated_data.items()
+                if value != values[name]
+            }
+            settings_update(user=request.user, changes=changes)
+            if changes:
+                messages.success(request, f"Saved: {', '.join(sorted(changes))}.")
+            else:
+                messages.info(request, "Nothing changed; skipped tasks will be looked at again.")
+            return redirect("console:settings")
+        errors = {name: forms.error_messages(found) for name, found in serializer.errors.items()}
+        values = {**values, **data}
+        status = 400
+    fields = [
+        {
+            "spec": spec,
+            "value": forms.settings_form_value(spec, values[spec.name]),
+            "errors": errors.get(spec.name, []),
+        }
+        for spec in forms.settings_fields()
+    ]
+    groups: dict[str, list[dict]] = {}
+    for field in fields:
+        groups.setdefault(field["spec"].group, []).append(field)
+    return render(
+        request,
+        "console/settings.html",
+        {
+            "groups": groups,
+            "errors": errors,
+            "other_errors": [
+                message
+                for name, found in errors.items()
+                if name not in SETTINGS_FIELDS
+                for message in found
+            ],
+            "ranking_choices": forms.INJECTION_RANKING_CHOICES,
+            "updated_at": current.updated_at,
+        },
+        status=status,
+    )
+
+
+def _log_filters(query: QueryDict) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The outcome and reason filters as the API validates them; blank means "any"."""
+    data = {name: query.get(name, "") for name in ("outcome", "reason")}
+    serializer = AutoMemoryLogFilterInput(data={k: v for k, v in data.items() if v})
+    if serializer.is_valid():
+        return dict(serializer.validated_data), {}
+    return {}, {name: forms.error_messages(found) for name, found in serializer.errors.items()}
 
 
 @login_required
+@require_GET
 def log_page(request: HttpRequest) -> HttpResponse:
-    """The user's extraction log (filled in below)."""
-    return render(request, "console/log.html", {})
+    """The user's extraction log with outcome and reason filters, explained, newest first."""
+    filters, errors = _log_filters(request.GET)
+    rows = (
+        selectors.auto_memory_log_list(user=request.user)
+        .filter(**filters)
+        .select_related("task", "task__project")
+    )
+    page_obj = Paginator(rows, LOG_PAGE_SIZE).get_page(request.GET.get("page"))
+    entries = [{"row": row, "explanation": reason_explanation(row.reason)} for row in page_obj]
+    return render(
+        request,
+        "console/log.html",
+        {
+            "page_obj": page_obj,
+            "entries": entries,
+            "filters": filters,
+            "filter_errors": errors,
+            "selected": {name: request.GET.get(name, "") for name in ("outcome", "reason")},
+            "outcome_choices": Outcome.choices,
+            "reason_choices": Reason.choices,
+            "has_any": filters or selectors.auto_memory_log_list(user=request.user).exists(),
+            "explanations": REASON_EXPLANATIONS,
+        },
+        status=400 if errors else 200,
+    )
 
 
 @login_required
+@require_POST
 def run_now(request: HttpRequest) -> HttpResponse:
-    """Run the sweep now (filled in below)."""
-    return render(request, "console/run_result.html", {})
+    """Run the extraction sweep over the user's tasks now (the API's service) and show what it
+    did. `force=1` skips the waiting gates (idle, duration, length), as the API's `force`."""
+    force, problems = forms.run_force_from_post(request.POST)
+    partial = bool(getattr(request, "htmx", False))
+    base = "console/_bare.html" if partial else "console/base.html"
+    if force is None:
+        return render(
+            request,
+            "console/run_result.html",
+            {"base_template": base, "problems": problems},
+            status=400,
+        )
+    summary = RunSummarySerializer(
+        process_auto_memories(user=request.user, force=force).as_dict()
+    ).data
+    skipped = [
+        {"reason": reason, "label": Reason(reason).label, "count": count}
+        for reason, count in summary["skipped"].items()
+        if count
+    ]
+    return render(
+        request,
+        "console/run_result.html",
+        {"base_template": base, "summary": summary, "skipped": skipped},
+    )

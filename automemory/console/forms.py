@@ -1,0 +1,259 @@
+"""HTML form data <-> the API's input shapes, so the console validates with the API's serializers.
+
+A browser sends every value as text and leaves unchecked boxes out. These helpers turn a form
+post into the JSON-like values the API's serializers expect (so their messages are the ones a
+user sees) and describe each field for the template.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import QueryDict
+
+from automemory.api.serializers import AutoMemorySettingsSerializer, RunInputSerializer
+from automemory.models import (
+    MAX_DURATION_SECONDS,
+    MAX_IDLE_SECONDS,
+    MAX_INJECTION_MAX_CHARS,
+    MAX_INTERNAL_MCP_SERVERS,
+    MAX_MEMORY_BUDGET_USD,
+    MAX_RESULT_CHARS,
+    MAX_UNUSED_DAYS,
+    MIN_INJECTION_MAX_CHARS,
+    InjectionRanking,
+)
+from automemory.services.preferences import SETTINGS_FIELDS
+
+BOOLEAN, INTEGER, DECIMAL, TEXT, LINES, CHOICE = (
+    "boolean",
+    "integer",
+    "decimal",
+    "text",
+    "lines",
+    "choice",
+)
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,20}")
+
+
+@dataclass(frozen=True)
+class SettingField:
+    """One setting as the form shows it."""
+
+    name: str
+    label: str
+    kind: str
+    help: str
+    group: str
+    minimum: int | None = None
+    maximum: int | float | None = None
+
+
+# Help texts the serializer does not carry (its own help_text wins when it has one).
+_FIELDS = (
+    SettingField(
+        "generate_memories",
+        "Generate memories from my completed tasks",
+        BOOLEAN,
+        "Completed tasks may be turned into memories for their project.",
+        "Switches",
+    ),
+    SettingField(
+        "use_memories",
+        "Use memories in my new tasks",
+        BOOLEAN,
+        "A new task's first turn gets the project's and your memories.",
+        "Switches",
+    ),
+    SettingField(
+        "disable_on_external_context",
+        "Skip tasks that saw external context",
+        BOOLEAN,
+        "Tasks that received an inter-task message, are a coordinator's subtask, or called an "
+        "MCP server not listed below or searched the web are not remembered.",
+        "Gates",
+    ),
+    SettingField(
+        "min_rate_limit_remaining_percent",
+        "Minimum quota left (percent)",
+        INTEGER,
+        "Skip extraction when less of this month's quota than this is left (0-100).",
+        "Gates",
+        0,
+        100,
+    ),
+    SettingField(
+        "idle_seconds",
+        "Idle time before extraction (seconds)",
+        INTEGER,
+        f"A completed task must have been idle this long (0-{MAX_IDLE_SECONDS:,}).",
+        "Gates",
+        0,
+        MAX_IDLE_SECONDS,
+    ),
+    SettingField(
+        "min_duration_seconds",
+        "Minimum run time (seconds)",
+        INTEGER,
+        f"Runs shorter than this are skipped (0-{MAX_DURATION_SECONDS:,}).",
+        "Gates",
+        0,
+        MAX_DURATION_SECONDS,
+    ),
+    SettingField(
+        "min_result_chars",
+        "Minimum result length (characters)",
+        INTEGER,
+        f"Results shorter than this are skipped (0-{MAX_RESULT_CHARS:,}).",
+        "Gates",
+        0,
+        MAX_RESULT_CHARS,
+    ),
+    SettingField(
+        "internal_mcp_servers",
+        "Internal MCP servers (one per line)",
+        LINES,
+        f"MCP servers whose tool calls count as internal, not external context (at most "
+        f"{MAX_INTERNAL_MCP_SERVERS}).",
+        "Gates",
+    ),
+    SettingField(
+        "extract_model",
+        "Extraction model",
+        TEXT,
+        "The model that writes each memory (an OpenAI-compatible server). Empty: the "
+        "deterministic strategy.",
+        "Models",
+    ),
+    SettingField(
+        "consolidation_model",
+        "Consolidation model",
+        TEXT,
+        "The model that merges a new memory with the project's similar ones. Empty: the "
+        "same-goal rule.",
+        "Models",
+    ),
+    SettingField(
+        "fallback_to_deterministic",
+        "Fall back to the deterministic memory",
+        BOOLEAN,
+        "When the extraction model is unavailable, write the deterministic memory instead of "
+        "waiting for the model.",
+        "Models",
+    ),
+    SettingField(
+        "monthly_memory_budget_usd",
+        "Monthly memory budget (USD)",
+        DECIMAL,
+        "The most auto memory's model calls may cost you in a calendar month (UTC).",
+        "Models",
+        0,
+        float(MAX_MEMORY_BUDGET_USD),
+    ),
+    SettingField(
+        "injection_ranking",
+        "Which memories a new task gets",
+        CHOICE,
+        "Newest first, or the best full-text match with the task's goal and prompt.",
+        "Injection and retention",
+    ),
+    SettingField(
+        "injection_max_chars",
+        "Most characters injected",
+        INTEGER,
+        "The most characters the whole injected block may take.",
+        "Injection and retention",
+        MIN_INJECTION_MAX_CHARS,
+        MAX_INJECTION_MAX_CHARS,
+    ),
+    SettingField(
+        "max_unused_days",
+        "Archive unused memories after (days)",
+        INTEGER,
+        "Archive auto memories neither injected nor created in this many days (0: never).",
+        "Injection and retention",
+        0,
+        MAX_UNUSED_DAYS,
+    ),
+)
+
+
+def settings_fields() -> tuple[SettingField, ...]:
+    """Every auto memory setting, in the form's order; help from the API's serializer if set."""
+    serializer_fields = AutoMemorySettingsSerializer().fields
+    fields = []
+    for spec in _FIELDS:
+        api_help = serializer_fields[spec.name].help_text
+        if api_help:
+            spec = SettingField(**{**spec.__dict__, "help": str(api_help)})
+        fields.append(spec)
+    return tuple(fields)
+
+
+def _check_complete() -> None:
+    names = tuple(spec.name for spec in _FIELDS)
+    if sorted(names) != sorted(SETTINGS_FIELDS):
+        raise RuntimeError(f"the settings form lacks or repeats fields: {names}")
+
+
+_check_complete()
+
+INJECTION_RANKING_CHOICES = InjectionRanking.choices
+
+
+def settings_data_from_post(post: QueryDict) -> dict[str, Any]:
+    """The form post as the API's JSON body: checkboxes to booleans, integer text to integers.
+
+    Fields not in the post are left out (unchanged), as in a PATCH. Text that is not a whole
+    number is passed on as text, so the serializer reports it with the API's own message.
+    """
+    data: dict[str, Any] = {}
+    for spec in _FIELDS:
+        if spec.name not in post:
+            continue  # not sent: left as it is (a checkbox always sends its hidden "0")
+        raw = post.get(spec.name)
+        if spec.kind == BOOLEAN:
+            # The hidden "0" comes first; a ticked box adds "1" after it.
+            data[spec.name] = post.getlist(spec.name)[-1] in ("1", "true", "on")
+        elif spec.kind == INTEGER:
+            text = (raw or "").strip()
+            data[spec.name] = int(text) if _INTEGER_TEXT.fullmatch(text) else text
+        elif spec.kind in (DECIMAL, TEXT):
+            data[spec.name] = (raw or "").strip()
+        elif spec.kind == LINES:
+            data[spec.name] = [line.strip() for line in (raw or "").splitlines() if line.strip()]
+        else:
+            data[spec.name] = raw or ""
+    return data
+
+
+def settings_form_value(spec: SettingField, value: Any) -> Any:
+    """A setting's value as its input shows it."""
+    if spec.kind == LINES:
+        return "\n".join(value) if isinstance(value, list | tuple) else value or ""
+    if value is None:
+        return ""
+    return value
+
+
+def error_messages(errors: Any) -> list[str]:
+    """A serializer's errors for one field as flat messages (list items keep their index)."""
+    if isinstance(errors, dict):
+        return [
+            f"Line {int(key) + 1}: {message}" if str(key).isdigit() else f"{key}: {message}"
+            for key, value in errors.items()
+            for message in error_messages(value)
+        ]
+    if isinstance(errors, list | tuple):
+        return [message for item in errors for message in error_messages(item)]
+    return [str(errors)]
+
+
+def run_force_from_post(post: QueryDict) -> tuple[bool | None, list[str]]:
+    """The Run now form's `force` as the API reads it; (None, messages) when it is not 0 or 1."""
+    raw = post.get("force", "0")
+    data = {"force": int(raw)} if raw in ("0", "1") else {"force": raw}
+    serializer = RunInputSerializer(data=data)
+    if not serializer.is_valid():
+        return None, error_messages(serializer.errors.get("force", serializer.errors))
+    return serializer.validated_data["force"], []

@@ -1,0 +1,193 @@
+"""Console tests: a real Chromium (Playwright) against pytest-django's live server, plus data.
+
+The browser is the OS's Chromium (`CONSOLE_BROWSER` overrides the path); Playwright's own
+browser download is not used. Without a browser the browser tests skip with the reason, except
+under CI (`CI` set), where they fail: CI must not silently skip them.
+"""
+
+import itertools
+import os
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.test import Client
+from django.utils import timezone
+
+from automemory.models import AutoMemoryLog, Outcome, Reason
+from controlplane.models import (
+    IdentityMemory,
+    MemoryScope,
+    MemorySource,
+    MemorySourceTask,
+    MemoryStatus,
+)
+
+# Playwright's sync API runs an asyncio event loop in the test's thread for the whole session,
+# and Django refuses ORM calls from a thread with a running loop. The tests' ORM calls
+# (fixtures, assertions) are plain synchronous code, so the check does not apply to them.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+_counter = itertools.count(1)
+
+
+def console_browser_path() -> str | None:
+    """The Chromium to drive: `CONSOLE_BROWSER`, else `chromium` on PATH, else the Debian path."""
+    override = os.environ.get("CONSOLE_BROWSER")
+    if override:
+        return override if Path(override).is_file() else None
+    for candidate in (shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate:
+            return candidate
+    return "/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    """pytest-playwright's launch arguments, pointed at the OS's Chromium."""
+    path = console_browser_path()
+    if path is None:
+        reason = (
+            "no Chromium found (install it: apt-get install chromium, or set CONSOLE_BROWSER "
+            "to its path)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser tests: {reason}", pytrace=False)
+        pytest.skip(reason)
+    return {
+        **browser_type_launch_args,
+        "executable_path": path,
+        "args": CHROMIUM_ARGS,
+        "headless": True,
+    }
+
+
+@pytest.fixture
+def console_url(live_server, transactional_db):
+    """A function giving the absolute URL of a console path on the live server."""
+
+    def url(path: str = "/console/") -> str:
+        return live_server.url + path
+
+    return url
+
+
+@pytest.fixture
+def page(page):
+    """pytest-playwright's page with short timeouts: a missing element fails in seconds."""
+    page.set_default_timeout(10_000)
+    page.set_default_navigation_timeout(20_000)
+    return page
+
+
+@pytest.fixture
+def signed_in_page(page, console_url, context):
+    """`signed_in_page(user)`: the browser page with `user`'s session, at the console home.
+
+    The session comes from Django's own login (the sign-in form itself is tested on its own),
+    so each test starts signed in without typing a password.
+    """
+
+    def sign_in(user, path: str = "/console/"):
+        client = Client()
+        client.force_login(user)
+        session_cookie = client.cookies[django_settings.SESSION_COOKIE_NAME].value
+        context.clear_cookies()
+        context.add_cookies(
+            [
+                {
+                    "name": django_settings.SESSION_COOKIE_NAME,
+                    "value": session_cookie,
+                    "url": console_url("/"),
+                }
+            ]
+        )
+        page.goto(console_url(path))
+        return page
+
+    return sign_in
+
+
+@pytest.fixture
+def signed_in_client():
+    """`signed_in_client(user)`: a Django test client with `user`'s session (CSRF enforced)."""
+
+    def make(user, *, enforce_csrf: bool = False) -> Client:
+        client = Client(enforce_csrf_checks=enforce_csrf)
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def memory_factory(db):
+    """Memories of any kind; an auto memory gets its source task link as the extractor writes."""
+
+    def make(
+        *,
+        project=None,
+        user=None,
+        content=None,
+        source=MemorySource.MANUAL,
+        status=MemoryStatus.ACTIVE,
+        source_task=None,
+        **fields,
+    ) -> IdentityMemory:
+        scope = MemoryScope.PROJECT if project is not None else MemoryScope.USER
+        author = user or (project.created_by if project is not None else None)
+        memory = IdentityMemory.objects.create(
+            scope=scope,
+            project=project,
+            user=author if scope == MemoryScope.USER else None,
+            content=content or f"Remember fact number {next(_counter)}.",
+            source=source,
+            status=status,
+            source_task=source_task,
+            created_by=author,
+            **fields,
+        )
+        if source_task is not None:
+            MemorySourceTask.objects.get_or_create(memory=memory, task=source_task)
+        return memory
+
+    return make
+
+
+@pytest.fixture
+def log_row_factory(db):
+    """Extraction log rows for a task (one per task), as the sweep writes them."""
+
+    def make(
+        task,
+        *,
+        outcome=Outcome.SKIPPED,
+        reason=Reason.NOT_IDLE,
+        memory=None,
+        attempted_ago=timedelta(minutes=5),
+        **fields,
+    ) -> AutoMemoryLog:
+        when = timezone.now() - attempted_ago
+        return AutoMemoryLog.objects.create(
+            task=task,
+            user=task.user,
+            outcome=outcome,
+            reason=reason,
+            memory=memory,
+            first_attempt_at=fields.pop("first_attempt_at", when),
+            last_attempt_at=when,
+            **fields,
+        )
+
+    return make
