@@ -77,7 +77,11 @@ def _memory_filter(
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
-    return memories.select_related("created_by", "approved_by").order_by("-created_at", "-id")
+    return (
+        memories.select_related("created_by", "approved_by")
+        .prefetch_related("source_links")
+        .order_by("-created_at", "-id")
+    )
 
 
 def memory_list_for_user(

@@ -285,6 +285,10 @@ class MemoryOutput(serializers.ModelSerializer):
     injection_count = serializers.IntegerField(
         read_only=True, help_text="How many tasks the memory was injected into."
     )
+    source_task_ids = serializers.SerializerMethodField(
+        help_text="For an auto memory: every task whose knowledge is in it, in the order they "
+        "went in (the task that wrote it first, then those consolidation merged into it)."
+    )
 
     class Meta:
         model = IdentityMemory
@@ -308,8 +312,13 @@ class MemoryOutput(serializers.ModelSerializer):
             "approved_at",
             "approved_by",
             "archived_at",
+            "source_task_ids",
         ]
         read_only_fields = fields
+
+    def get_source_task_ids(self, memory: IdentityMemory) -> list[int]:
+        # Ordered by the link's Meta (created_at, id); lists prefetch the links.
+        return [link.task_id for link in memory.source_links.all()]
 
 
 # --- Quota ----------------------------------------------------------------------------------
