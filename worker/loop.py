@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from automemory.services import extractor, injector
+from automemory.services import extractor, injector, retention
 from controlplane import selectors
 from controlplane.logging import context_thread, log_context
 from controlplane.models import Task
@@ -195,6 +195,7 @@ class Worker:
         self.aborting = False  # second signal: stop the task in hand, re-queue it, leave
         self._control: ExecutionControl | None = None
         self._in_hook = False
+        self._retention_due_at = 0.0  # monotonic time of the next retention pass
         self._recovery: StaleTaskRecovery | None = None
         self._log_context = contextlib.ExitStack()
 
@@ -311,11 +312,25 @@ class Worker:
         )
 
     def end_of_round(self) -> None:
-        """Run the auto-memory sweep; its failure is logged and never stops the worker."""
+        """Run the auto-memory sweep, then the retention pass when due; a failure of either is
+        logged and never stops the worker."""
         try:
             extractor.process_auto_memories()  # logs what it did
         except Exception:
             logger.exception("end-of-round memory sweep failed")
+        try:
+            self.archive_unused_memories()
+        except Exception:
+            logger.exception("end-of-round retention pass failed")
+
+    def archive_unused_memories(self) -> None:
+        """Archive unused auto memories, at most once per `AUTOMEMORY_RETENTION_INTERVAL_SECONDS`
+        (a failed pass also waits one interval rather than retrying every round)."""
+        now = time.monotonic()
+        if now < self._retention_due_at:
+            return
+        self._retention_due_at = now + retention.retention_interval_seconds()
+        retention.memories_archive_unused(now=timezone.now())  # logs what it archived
 
     def prepare(self, task: Task) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector.

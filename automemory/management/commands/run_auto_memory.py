@@ -1,11 +1,14 @@
-"""`manage.py run_auto_memory --user USERNAME [--force]`: one user's extraction sweep, now."""
+"""`manage.py run_auto_memory --user USERNAME [--force] [--archive-unused]`: one user's
+extraction sweep, now (and, with `--archive-unused`, their retention pass)."""
 
 import json
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from automemory.services.extractor import process_auto_memories
+from automemory.services.retention import memories_archive_unused
 
 
 class Command(BaseCommand):
@@ -19,10 +22,18 @@ class Command(BaseCommand):
             help="Skip the idle, duration and length gates (never the switch, "
             "external-context or quota gates).",
         )
+        parser.add_argument(
+            "--archive-unused",
+            action="store_true",
+            help="Afterwards, archive the user's auto memories unused for their "
+            "max_unused_days (nothing when it is 0) and print that summary too.",
+        )
 
-    def handle(self, *args, user: str, force: bool, **options):
+    def handle(self, *args, user: str, force: bool, archive_unused: bool = False, **options):
         found = get_user_model().objects.filter(username=user).first()
         if found is None:
             raise CommandError(f"No user named {user!r}.")
-        summary = process_auto_memories(user=found, force=force)
-        self.stdout.write(json.dumps(summary.as_dict(), indent=2, sort_keys=True))
+        output = process_auto_memories(user=found, force=force).as_dict()
+        if archive_unused:
+            output["retention"] = memories_archive_unused(now=timezone.now(), user=found).as_dict()
+        self.stdout.write(json.dumps(output, indent=2, sort_keys=True))
