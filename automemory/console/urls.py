@@ -1,6 +1,6 @@
 from django.urls import path
 
-from automemory.console import views
+from automemory.console import memory_views, task_views, views
 
 app_name = "console"
 
@@ -11,4 +11,18 @@ urlpatterns = [
     path("settings", views.settings_page, name="settings"),
     path("log", views.log_page, name="log"),
     path("run", views.run_now, name="run"),
+    path("projects", memory_views.projects, name="projects"),
+    path(
+        "projects/<str:project_id>/memories",
+        memory_views.project_memories,
+        name="project_memories",
+    ),
+    path("memories/<str:memory_id>", memory_views.memory_detail, name="memory"),
+    path("memories/<str:memory_id>/edit", memory_views.memory_edit, name="memory_edit"),
+    path("memories/<str:memory_id>/delete", memory_views.memory_delete, name="memory_delete"),
+    path("memories/<str:memory_id>/approve", memory_views.memory_approve, name="memory_approve"),
+    path("memories/<str:memory_id>/restore", memory_views.memory_restore, name="memory_restore"),
+    path("me/memories", memory_views.my_memories, name="my_memories"),
+    path("tasks/<str:task_id>", task_views.task_detail, name="task"),
+    path("tasks/<str:task_id>/flags", task_views.task_flags, name="task_flags"),
 ]

@@ -1,0 +1,242 @@
+"""Console pages for memories: a project's memories, one memory, edit, delete, approve, restore,
+and the signed-in user's own memories.
+
+Access goes through `controlplane.access` (the API's rules: a stranger gets 404, a viewer
+reads, owners and members change); writes go through `controlplane.services.memories`.
+"""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Page, Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from automemory import selectors
+from automemory.console.memory_forms import (
+    MemoryContentForm,
+    MyMemoryFilterForm,
+    ProjectMemoryFilterForm,
+)
+from automemory.console.views import access_get
+from controlplane.access import (
+    _parse_id,
+    memory_get_for_approve,
+    memory_get_for_change,
+    memory_get_for_delete,
+    project_get_for,
+    project_role,
+)
+from controlplane.errors import DomainError
+from controlplane.models import CREATE_TASK_ROLES, IdentityMemory, MemoryScope, Role
+from controlplane.services import memories as memory_services
+
+PAGE_SIZE = 25
+
+
+def _page(request: HttpRequest, queryset) -> Page:
+    """One page of `queryset`; a bad or out-of-range `page` gives the nearest real page."""
+    return Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+def _memory_return_url(memory: IdentityMemory) -> str:
+    """Where a memory's page leads back to: its project's memories, or the user's own."""
+    if memory.scope == MemoryScope.USER:
+        return reverse("console:my_memories")
+    return reverse("console:project_memories", args=[memory.project_id])
+
+
+def _memory_visible(request: HttpRequest, memory_id) -> tuple[IdentityMemory, str | None]:
+    """The memory if the user may see it, and their role in its project (None for their own
+    user-level memory); 404 otherwise."""
+    pk = _parse_id(memory_id)
+    memory = selectors.memory_detail_get(user=request.user, memory_id=pk) if pk else None
+    if memory is None:
+        raise Http404("Memory not found.")
+    if memory.scope == MemoryScope.USER:
+        return memory, None
+    return memory, project_role(user=request.user, project_id=memory.project_id)
+
+
+def _may_change(memory: IdentityMemory, role: str | None) -> bool:
+    """The same rule as `controlplane.access.memory_get_for_delete`, for showing buttons."""
+    return memory.scope == MemoryScope.USER or role in CREATE_TASK_ROLES
+
+
+def _may_approve(memory: IdentityMemory, role: str | None) -> bool:
+    return memory.scope == MemoryScope.PROJECT and role == Role.OWNER and memory.awaiting_approval
+
+
+@require_GET
+@login_required
+def projects(request: HttpRequest) -> HttpResponse:
+    """The user's projects, each with their role and its number of memories."""
+    page_obj = _page(request, selectors.console_project_list(user=request.user))
+    return render(request, "console/projects.html", {"page_obj": page_obj})
+
+
+@require_GET
+@login_required
+def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
+    """A project's memories with filters and search; a bad filter value is a 400."""
+    project = access_get(project_get_for, user=request.user, project_id=project_id)
+    role = project_role(user=request.user, project_id=project.pk)
+    form = ProjectMemoryFilterForm(request.GET)
+    page_obj, status, scope = None, 200, MemoryScope.PROJECT
+    if form.is_valid():
+        filters = form.cleaned_data
+        scope = filters["scope"] or MemoryScope.PROJECT
+        memories = selectors.project_memories_list(
+            project=project,
+            user=request.user,
+            scope=scope,
+            source=filters["source"] or None,
+            status=filters["status"] or None,
+            q=filters["q"] or None,
+        )
+        page_obj = _page(request, memories)
+    else:
+        status = 400
+    context = {
+        "project": project,
+        "role": role,
+        "form": form,
+        "page_obj": page_obj,
+        "scope": scope,
+        "filtered": form.is_valid() and any(form.cleaned_data.values()),
+        "can_change": scope == MemoryScope.USER or role in CREATE_TASK_ROLES,
+        "can_approve": scope == MemoryScope.PROJECT and role == Role.OWNER,
+    }
+    template = (
+        "console/_memory_list.html"
+        if getattr(request, "htmx", False) and status == 200
+        else "console/project_memories.html"
+    )
+    return render(request, template, context, status=status)
+
+
+@require_GET
+@login_required
+def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
+    """One memory with its provenance: source tasks, what it superseded, its use."""
+    memory, role = _memory_visible(request, memory_id)
+    context = {
+        "memory": memory,
+        "role": role,
+        "can_change": _may_change(memory, role),
+        "can_approve": _may_approve(memory, role),
+        "back_url": _memory_return_url(memory),
+    }
+    return render(request, "console/memory_detail.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def memory_edit(request: HttpRequest, memory_id: str) -> HttpResponse:
+    """Edit a memory's text through the service (secret check, instruction re-flagging)."""
+    memory = access_get(memory_get_for_change, user=request.user, memory_id=memory_id)
+    if request.method == "POST":
+        form = MemoryContentForm(request.POST)
+        if form.is_valid():
+            try:
+                memory_services.memory_update(
+                    user=request.user, memory=memory, content=form.cleaned_data["content"]
+                )
+            except DomainError as error:
+                form.add_domain_error(error)
+            else:
+                messages.success(request, "Memory saved.")
+                return redirect("console:memory", memory.pk)
+        status = 400
+    else:
+        form = MemoryContentForm(initial={"content": memory.content})
+        status = 200
+    context = {
+        "memory": memory,
+        "form": form,
+        "back_url": reverse("console:memory", args=[memory.pk]),
+    }
+    return render(request, "console/memory_edit.html", context, status=status)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def memory_delete(request: HttpRequest, memory_id: str) -> HttpResponse:
+    """Ask for confirmation (GET), then forget the memory for good (POST)."""
+    memory = access_get(memory_get_for_delete, user=request.user, memory_id=memory_id)
+    if request.method == "POST":
+        back_url = _memory_return_url(memory)
+        memory_services.memory_delete(user=request.user, memory=memory)
+        messages.success(request, "Memory deleted. It will not come back.")
+        return redirect(back_url)
+    context = {"memory": memory, "back_url": reverse("console:memory", args=[memory.pk])}
+    return render(request, "console/memory_confirm_delete.html", context)
+
+
+@require_POST
+@login_required
+def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
+    """A project owner lets a flagged auto memory be injected."""
+    memory = access_get(memory_get_for_approve, user=request.user, memory_id=memory_id)
+    try:
+        memory_services.memory_approve(user=request.user, memory=memory)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, "Memory approved: new tasks may receive it.")
+    return redirect("console:memory", memory.pk)
+
+
+@require_POST
+@login_required
+def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
+    """Bring an archived memory back to active."""
+    memory = access_get(memory_get_for_change, user=request.user, memory_id=memory_id)
+    try:
+        memory_services.memory_restore(user=request.user, memory=memory)
+    except DomainError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, "Memory restored: it is active again.")
+    return redirect("console:memory", memory.pk)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def my_memories(request: HttpRequest) -> HttpResponse:
+    """The signed-in user's own user-level memories (only ever theirs), and a form to add one."""
+    filter_form = MyMemoryFilterForm(request.GET)
+    create_form = MemoryContentForm()
+    status = 200
+    if request.method == "POST":
+        create_form = MemoryContentForm(request.POST)
+        if create_form.is_valid():
+            try:
+                memory_services.memory_create(
+                    user=request.user, content=create_form.cleaned_data["content"]
+                )
+            except DomainError as error:
+                create_form.add_domain_error(error)
+            else:
+                messages.success(request, "Memory added.")
+                return redirect("console:my_memories")
+        status = 400
+    page_obj = None
+    if filter_form.is_valid():
+        filters = filter_form.cleaned_data
+        memories = selectors.my_memories_list(
+            user=request.user, status=filters["status"] or None, q=filters["q"] or None
+        )
+        page_obj = _page(request, memories)
+    else:
+        status = 400
+    context = {
+        "filter_form": filter_form,
+        "form": create_form,
+        "page_obj": page_obj,
+        "filtered": filter_form.is_valid() and any(filter_form.cleaned_data.values()),
+        "can_change": True,
+        "can_approve": False,
+    }
+    return render(request, "console/my_memories.html", context, status=status)

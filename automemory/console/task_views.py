@@ -1,0 +1,67 @@
+"""The console's task page: prompt, turns and status, the memories its first turn received,
+the memory it produced and why, and its auto memory flags."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from automemory import selectors
+from automemory.console.explanations import reason_explanation
+from automemory.console.memory_forms import TaskFlagsForm, flag_choice
+from automemory.console.views import access_get
+from automemory.services.preferences import effective_switch, flags_get, flags_set, settings_get
+from controlplane.access import CREATE_TASK, READ, project_role, task_get_for
+from controlplane.models import CREATE_TASK_ROLES, Task
+
+
+def _task_context(request: HttpRequest, task: Task, flags_form: TaskFlagsForm | None) -> dict:
+    flags = flags_get(task_id=task.pk)
+    prefs = settings_get(user_id=task.user_id)
+    if flags_form is None:
+        flags_form = TaskFlagsForm(
+            initial={
+                "use_memories": flag_choice(flags.use_memories),
+                "generate_memories": flag_choice(flags.generate_memories),
+            }
+        )
+    role = project_role(user=request.user, project_id=task.project_id)
+    page = selectors.task_page_get(user=request.user, task=task)
+    return {
+        "task": task,
+        "page": page,
+        "reason_explanation": reason_explanation(page.log.reason) if page.log else "",
+        "role": role,
+        "can_set_flags": role in CREATE_TASK_ROLES,
+        "flags": flags,
+        "flags_form": flags_form,
+        "effective_use_memories": effective_switch(flags.use_memories, prefs.use_memories),
+        "effective_generate_memories": effective_switch(
+            flags.generate_memories, prefs.generate_memories
+        ),
+        "owner_settings": prefs,
+        "is_own_task": task.user_id == request.user.pk,
+    }
+
+
+@require_GET
+@login_required
+def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
+    """A task as its project's members see it (a stranger gets 404)."""
+    task = access_get(task_get_for, user=request.user, task_id=task_id, action=READ)
+    return render(request, "console/task.html", _task_context(request, task, None))
+
+
+@require_POST
+@login_required
+def task_flags(request: HttpRequest, task_id: str) -> HttpResponse:
+    """Set the task's auto memory flags (create_task permission, as the API)."""
+    task = access_get(task_get_for, user=request.user, task_id=task_id, action=CREATE_TASK)
+    form = TaskFlagsForm(request.POST)
+    if not form.is_valid():
+        context = _task_context(request, task, form)
+        return render(request, "console/task.html", context, status=400)
+    flags_set(task=task, actor=request.user, changes=form.changes())
+    messages.success(request, "Auto memory flags saved for this task.")
+    return redirect("console:task", task.pk)

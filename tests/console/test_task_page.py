@@ -1,0 +1,206 @@
+"""The console's task page: prompt, turns and status, injected memories (deleted and private
+ones said so), the memory the task produced with the log row explaining it, and the task's
+auto memory flags (create_task permission, as the API)."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from automemory.console.explanations import reason_explanation
+from automemory.models import AutoMemoryLog, AutoMemorySettings, TaskAutoMemoryFlags
+from automemory.services.extractor import process_auto_memories
+from controlplane.models import (
+    IdentityMemory,
+    MemoryScope,
+    MemorySource,
+    TaskFollowup,
+    UsageRecord,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def task_url(task):
+    return reverse("console:task", args=[task.pk])
+
+
+def flags_url(task):
+    return reverse("console:task_flags", args=[task.pk])
+
+
+def test_shows_prompt_status_turns_and_messages(client, project, task_factory, alice, bob):
+    task = task_factory(
+        project,
+        alice,
+        completed=True,
+        prompt="Add a health endpoint",
+        goal="Ship /healthz",
+        turn=2,
+        continuation_prompt="Also add /readyz",
+        result_text="Added /healthz and /readyz.",
+    )
+    sender = task_factory(project, bob, prompt="coordinator")
+    TaskFollowup.objects.create(task=task, from_task=sender, message="Use the shared router")
+    for turn, cost in ((1, "0.0100"), (2, "0.0200")):
+        UsageRecord.objects.create(
+            user=alice,
+            task=task,
+            project=project,
+            turn=turn,
+            executor="codex",
+            model="gpt-5",
+            cost_usd=Decimal(cost),
+            finished_at=timezone.now(),
+        )
+    client.force_login(bob)
+    response = client.get(task_url(task))
+    assert response.status_code == 200
+    body = response.content.decode()
+    for text in (
+        "Add a health endpoint",
+        "Ship /healthz",
+        "Also add /readyz",
+        "Added /healthz and /readyz.",
+        "completed",
+        "Use the shared router",
+        "$0.0200",
+        "gpt-5",
+    ):
+        assert text in body, text
+    assert task_url(sender) in body
+    assert body.count("<td>codex") == 2
+
+
+def test_injected_memories_link_deleted_and_private(client, project, task_factory, alice, bob):
+    shared = IdentityMemory.objects.create(
+        scope=MemoryScope.PROJECT, project=project, content="Shared project fact", created_by=bob
+    )
+    private = IdentityMemory.objects.create(
+        scope=MemoryScope.USER, user=alice, content="alice's private fact", created_by=alice
+    )
+    gone = IdentityMemory.objects.create(
+        scope=MemoryScope.PROJECT, project=project, content="Forgotten fact", created_by=bob
+    )
+    gone_id = gone.pk
+    gone.delete()
+    task = task_factory(
+        project,
+        alice,
+        completed=True,
+        injected_memory_ids=[shared.pk, private.pk, gone_id, "junk", -3, True],
+    )
+
+    client.force_login(bob)
+    body = client.get(task_url(task)).content.decode()
+    assert reverse("console:memory", args=[shared.pk]) in body
+    assert "Shared project fact" in body
+    assert reverse("console:memory", args=[private.pk]) not in body
+    assert "private fact" not in body
+    assert f'Memory {private.pk} <span class="muted">(another user\'s own memory: private)' in body
+    assert f'Memory {gone_id} <span class="badge badge-deleted">deleted</span>' in body
+
+    client.force_login(alice)
+    own = client.get(task_url(task)).content.decode()
+    assert reverse("console:memory", args=[private.pk]) in own
+    assert "alice&#x27;s private fact" in own
+
+
+def test_produced_memory_with_the_log_row_that_explains_it(client, project, task_factory, alice):
+    AutoMemorySettings.objects.create(user=alice, generate_memories=True)
+    task = task_factory(project, alice, completed=True, prompt="Explain the deploy")
+    short = task_factory(project, alice, completed=True, prompt="Tiny", result_text="ok")
+    process_auto_memories(user=alice, force=False)
+    memory = IdentityMemory.objects.get(source_task=task, source=MemorySource.AUTO)
+    log = AutoMemoryLog.objects.get(task=task)
+
+    client.force_login(alice)
+    body = client.get(task_url(task)).content.decode()
+    assert reverse("console:memory", args=[memory.pk]) in body
+    assert f"<code>{log.reason}</code>" in body
+    assert reason_explanation(log.reason) in body
+
+    skipped = client.get(task_url(short)).content.decode()
+    short_log = AutoMemoryLog.objects.get(task=short)
+    assert short_log.outcome == "skipped"
+    assert f"<code>{short_log.reason}</code>" in skipped
+    assert reason_explanation(short_log.reason) in skipped
+
+    memory.delete()
+    after = client.get(task_url(task)).content.decode()
+    assert "has since been deleted" in after
+
+
+def test_a_task_not_looked_at_yet_says_so(client, project, task_factory, alice):
+    task = task_factory(project, alice)
+    client.force_login(alice)
+    body = client.get(task_url(task)).content.decode()
+    assert "has not looked at this task yet" in body
+    assert "No run is recorded yet" in body
+    assert "It has not run yet" in body
+
+
+def test_flags_toggle_follow_on_off(client, project, task_factory, alice):
+    AutoMemorySettings.objects.create(user=alice, use_memories=True, generate_memories=False)
+    task = task_factory(project, alice, completed=True, finished_ago=timedelta(days=1))
+    client.force_login(alice)
+    page = client.get(task_url(task)).content.decode()
+    assert 'value="follow"' in page and "checked" in page
+
+    response = client.post(flags_url(task), {"use_memories": "off", "generate_memories": "on"})
+    assert response.status_code == 302 and response["Location"] == task_url(task)
+    flags = TaskAutoMemoryFlags.objects.get(task=task)
+    assert (flags.use_memories, flags.generate_memories, flags.updated_by) == (False, True, alice)
+    page = client.get(task_url(task)).content.decode()
+    assert "use memories <strong>off</strong>" in page
+    assert "generate a memory <strong>on</strong>" in page
+
+    client.post(flags_url(task), {"use_memories": "follow", "generate_memories": "follow"})
+    flags.refresh_from_db()
+    assert (flags.use_memories, flags.generate_memories) == (None, None)
+
+
+def test_flags_change_rechecks_a_stable_skip(client, project, task_factory, alice):
+    task = task_factory(project, alice, completed=True)
+    process_auto_memories(user=alice, force=True)
+    log = AutoMemoryLog.objects.get(task=task)
+    assert (log.reason, log.recheck) == ("generate_disabled", False)
+    client.force_login(alice)
+    client.post(flags_url(task), {"use_memories": "follow", "generate_memories": "on"})
+    log.refresh_from_db()
+    assert log.recheck is True
+    process_auto_memories(user=alice, force=True)
+    assert IdentityMemory.objects.filter(source_task=task).exists()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"use_memories": "maybe", "generate_memories": "on"},
+        {"use_memories": "on"},
+        {},
+        {"use_memories": "true", "generate_memories": "1"},
+        {"use_memories": "x" * 10_000, "generate_memories": "on"},
+    ],
+)
+def test_bad_flag_values_are_a_400_and_change_nothing(client, project, task_factory, alice, data):
+    task = task_factory(project, alice)
+    client.force_login(alice)
+    response = client.post(flags_url(task), data)
+    assert response.status_code == 400
+    assert "field-error" in response.content.decode()
+    assert not TaskAutoMemoryFlags.objects.filter(task=task).exists()
+
+
+def test_flags_need_post_and_csrf(project, task_factory, alice):
+    from django.test import Client
+
+    task = task_factory(project, alice)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert client.get(flags_url(task)).status_code == 405
+    response = client.post(flags_url(task), {"use_memories": "on", "generate_memories": "on"})
+    assert response.status_code == 403
+    assert not TaskAutoMemoryFlags.objects.filter(task=task).exists()
