@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from automemory import conf
 from automemory.models import Outcome, Reason
+from automemory.services.llm import ModelOutputInvalid, SweepModelCalls, model_json_call
 from automemory.services.redactor import redact
 from controlplane.models import (
     IdentityMemory,
@@ -28,6 +29,7 @@ from controlplane.models import (
     MemorySourceTask,
     MemoryStatus,
     Task,
+    UsageKind,
 )
 from controlplane.services.instructions import instruction_flag_fields
 
@@ -44,6 +46,7 @@ ACTIONS = (Action.ADD, Action.UPDATE, Action.SUPERSEDE, Action.NOOP)
 MAX_KEYWORDS = 20
 MAX_KEYWORD_CHARS = 60
 
+DECISION_SCHEMA_NAME = "memory_consolidation"
 # The decision, as a strict JSON schema (every property required, no others): a nullable
 # `memory_id` for update / noop, `memory_ids` for supersede, `text` for update.
 DECISION_SCHEMA: dict[str, Any] = {
@@ -207,6 +210,42 @@ def decision_parse(payload: Any, *, candidate_ids: Sequence[int]) -> Decision:
     if unknown:
         raise DecisionInvalid(f"supersede names memories {unknown[:5]}, which were not shown")
     return Decision(Action.SUPERSEDE, memory_ids=tuple(dict.fromkeys(ids)), reason=reason)
+
+
+def memory_consolidation_decide(
+    *, task: Task, content: str, model: str, calls: SweepModelCalls | None = None
+) -> Decision:
+    """Ask `model` how the task's new memory `content` joins the project's similar memories.
+
+    No call (`add`) when the project has no similar active auto memory. The call goes through
+    `llm.model_json_call` (budget check, one ledger row of kind `memory_consolidation` per
+    HTTP call charged to the task's user, the sweep's call cap, one repair retry), so its
+    exceptions reach the caller; an answer naming memories that were not shown, or lacking
+    what its action needs, raises `ModelOutputInvalid` too. Never call it inside a
+    transaction.
+    """
+    candidates = consolidation_candidates(task=task, content=content)
+    if not candidates:
+        return Decision(Action.ADD, reason="no similar active memory in the project")
+    messages = consolidation_messages(content=content, candidates=candidates)
+    payload = model_json_call(
+        user=task.user,
+        task=task,
+        kind=UsageKind.MEMORY_CONSOLIDATION,
+        model=model,
+        system_prompt=messages[0]["content"],
+        user_content=messages[1]["content"],
+        schema_name=DECISION_SCHEMA_NAME,
+        schema=DECISION_SCHEMA,
+        calls=calls,
+    )
+    try:
+        return decision_parse(payload, candidate_ids=[memory.pk for memory in candidates])
+    except DecisionInvalid as exc:
+        raise ModelOutputInvalid(
+            f"the consolidation answer is not usable: {exc}",
+            raw_chars=len(json.dumps(payload, ensure_ascii=False)),
+        ) from None
 
 
 # --- Applying it (inside the caller's transaction) -----------------------------------------
