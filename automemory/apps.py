@@ -13,3 +13,10 @@ class AutoMemoryConfig(AppConfig):
 
         # A hand-written memory is injected into every later task: no secrets in it.
         memory_content_check_register(manual_memory_secret_problem)
+
+        from django.db.models.signals import post_migrate
+
+        from automemory.services.search import sqlite_search_ensure
+
+        # A SQLite table rebuild (some column changes) drops the memory search triggers.
+        post_migrate.connect(sqlite_search_ensure, sender=self)

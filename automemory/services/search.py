@@ -1,0 +1,182 @@
+"""Full-text search over memories, on the database's own engine.
+
+SQLite: an FTS5 table `identity_memories_fts` over `identity_memories(content, keywords)`
+(external content, porter stemming), kept in step by triggers, ranked with BM25.
+PostgreSQL: a stored `search_document` tsvector column (English configuration) on
+`identity_memories` with a GIN index, ranked with `ts_rank_cd`.
+
+Both are created by automemory's migrations. A task's text becomes a query of its distinct
+content words (stop words dropped, at most `MAX_QUERY_TERMS`) OR-ed together: any word may
+match, and memories matching more and rarer words rank first. The words are extracted here
+and passed as bound parameters or as quoted FTS5 strings, so no operator, quote or bracket
+in the task's text ever reaches the search syntax.
+"""
+
+import logging
+import re
+from dataclasses import dataclass
+
+from django.db import connections
+
+logger = logging.getLogger(__name__)
+
+FTS_TABLE = "identity_memories_fts"
+PG_DOCUMENT_COLUMN = "search_document"
+MAX_QUERY_TERMS = 32
+# A query is built from the start of the text: enough for any goal and prompt, and the cost
+# of tokenising a huge prompt stays bounded.
+MAX_QUERY_SOURCE_CHARS = 20_000
+MIN_TERM_CHARS = 2
+MAX_TERM_CHARS = 40
+
+# Letters and digits only: underscores, punctuation and FTS operators split words.
+_TERM = re.compile(r"[^\W_]+")
+
+_STOP_WORDS_TEXT = """
+    a about above after again against all also am an and any are as at be because been
+    before being below between both but by can could did do does doing done down during
+    each either else etc ever every few for from further get gets getting got had has have
+    having he her here hers him his how i if in into is it its itself just let lets like
+    make makes may me might more most much must my need needs no nor not now of off on once
+    one only or other our ours out over own please same shall she should so some such than
+    that the their theirs them then there these they this those through to too under until
+    up upon us use used using very via was we were what when where which while who whom why
+    will with within without would yet you your yours
+    new task tasks thing things way want wants sure ok okay
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+
+# The same objects as automemory's migration 0007 creates, for re-creating them after a
+# SQLite table rebuild dropped the triggers.
+SQLITE_FTS_SETUP = [
+    f"""
+    CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5(
+        content, keywords,
+        content='identity_memories', content_rowid='id',
+        tokenize='porter unicode61 remove_diacritics 2'
+    )
+    """,
+    f"""
+    CREATE TRIGGER IF NOT EXISTS identity_memories_fts_insert
+    AFTER INSERT ON identity_memories BEGIN
+        INSERT INTO {FTS_TABLE}(rowid, content, keywords)
+        VALUES (new.id, new.content, new.keywords);
+    END
+    """,
+    f"""
+    CREATE TRIGGER IF NOT EXISTS identity_memories_fts_delete
+    AFTER DELETE ON identity_memories BEGIN
+        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, content, keywords)
+        VALUES ('delete', old.id, old.content, old.keywords);
+    END
+    """,
+    f"""
+    CREATE TRIGGER IF NOT EXISTS identity_memories_fts_update
+    AFTER UPDATE OF content, keywords ON identity_memories BEGIN
+        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, content, keywords)
+        VALUES ('delete', old.id, old.content, old.keywords);
+        INSERT INTO {FTS_TABLE}(rowid, content, keywords)
+        VALUES (new.id, new.content, new.keywords);
+    END
+    """,
+]
+SQLITE_FTS_REBUILD = f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')"
+_SQLITE_TRIGGERS = (
+    "identity_memories_fts_insert",
+    "identity_memories_fts_delete",
+    "identity_memories_fts_update",
+)
+
+
+def query_terms(text: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
+    """The distinct content words of `text` (case-folded, first seen first), at most `limit`.
+
+    Words are runs of letters and digits; stop words, one-letter words and runs longer
+    than `MAX_TERM_CHARS` (hashes, base64) are dropped.
+    """
+    terms: list[str] = []
+    seen: set[str] = set()
+    for match in _TERM.finditer(text[:MAX_QUERY_SOURCE_CHARS]):
+        word = match.group().casefold()
+        if (
+            word in seen
+            or word in STOP_WORDS
+            or not MIN_TERM_CHARS <= len(word) <= MAX_TERM_CHARS
+            or word.isdigit()
+        ):
+            continue
+        seen.add(word)
+        terms.append(word)
+        if len(terms) >= limit:
+            break
+    return terms
+
+
+def fts5_match_expression(terms: list[str]) -> str:
+    """An FTS5 MATCH string: every term a quoted string, OR-ed (quotes inside are doubled)."""
+    return " OR ".join('"{}"'.format(term.replace('"', '""')) for term in terms)
+
+
+@dataclass(frozen=True)
+class MatchSql:
+    """SQL pieces that find memories matching some terms and score them.
+
+    `from_sql` names the memory table `m`; `condition` selects matching rows; `score` is
+    lower for a better match on both databases. `params` bind `from_sql` then `condition`.
+    """
+
+    from_sql: str
+    condition: str
+    score: str
+    params: tuple
+
+
+def match_sql(terms: list[str], vendor: str) -> MatchSql:
+    """How to find and score memories matching `terms` (non-empty) on `vendor`."""
+    if vendor == "sqlite":
+        return MatchSql(
+            from_sql=f"{FTS_TABLE} JOIN identity_memories m ON m.id = {FTS_TABLE}.rowid",
+            condition=f"{FTS_TABLE} MATCH %s",
+            score=f"bm25({FTS_TABLE})",
+            params=(fts5_match_expression(terms),),
+        )
+    if vendor == "postgresql":
+        query = " || ".join(["plainto_tsquery('english'::regconfig, %s)"] * len(terms))
+        return MatchSql(
+            from_sql=f"identity_memories m CROSS JOIN (SELECT {query} AS query) AS q",
+            condition=f"m.{PG_DOCUMENT_COLUMN} @@ q.query",
+            score=f"-ts_rank_cd(m.{PG_DOCUMENT_COLUMN}, q.query)",
+            params=tuple(terms),
+        )
+    raise NotImplementedError(f"no full-text search for database vendor {vendor!r}")
+
+
+def search_supported(vendor: str) -> bool:
+    """Whether memories can be searched on this database (else ranking falls back to recency)."""
+    return vendor in ("sqlite", "postgresql")
+
+
+def sqlite_search_ensure(*, using: str = "default", **_kwargs) -> None:
+    """Recreate the SQLite search table and triggers if a table rebuild dropped them.
+
+    Django rebuilds a SQLite table to alter some of its columns, which drops the table's
+    triggers; run after every `migrate` (post_migrate), it brings them back and re-indexes.
+    """
+    connection = connections[using]
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        tables = {
+            row[0]
+            for row in cursor.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+            ).fetchall()
+        }
+        if "identity_memories" not in tables or "identity_memories_fts" not in tables:
+            return  # not migrated this far yet: the migration creates it
+        if all(name in tables for name in _SQLITE_TRIGGERS):
+            return
+        logger.warning("memory search triggers were missing (table rebuilt); re-creating them")
+        for statement in SQLITE_FTS_SETUP:
+            cursor.execute(statement)
+        cursor.execute(SQLITE_FTS_REBUILD)
