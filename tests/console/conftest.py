@@ -16,7 +16,7 @@ from django.conf import settings as django_settings
 from django.test import Client
 from django.utils import timezone
 
-from automemory.models import AutoMemoryLog, Outcome, Reason
+from automemory.models import AutoMemoryLog, AutoMemorySettings, Outcome, Reason
 from controlplane.models import (
     IdentityMemory,
     MemoryScope,
@@ -40,6 +40,14 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 _counter = itertools.count(1)
+
+
+def pytest_configure(config):
+    # pytest-base-url (a pytest-playwright dependency) still declares a session fixture as a
+    # method, which pytest deprecates; nothing here depends on it.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:Session-scoped fixtures defined as instance methods"
+    )
 
 
 def console_browser_path() -> str | None:
@@ -191,3 +199,15 @@ def log_row_factory(db):
         )
 
     return make
+
+
+@pytest.fixture
+def auto_memory_on(db):
+    """`auto_memory_on(user, **overrides)`: the user's generate and use switches on."""
+
+    def enable(user, **overrides) -> AutoMemorySettings:
+        values = {"generate_memories": True, "use_memories": True, **overrides}
+        settings, _ = AutoMemorySettings.objects.update_or_create(user=user, defaults=values)
+        return settings
+
+    return enable
