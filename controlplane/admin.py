@@ -1,7 +1,8 @@
 """Admin pages for every host model. The audit log is read-only."""
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.utils import timezone
 from rest_framework.authtoken.models import TokenProxy
 
 from controlplane.errors import DomainError
@@ -10,6 +11,7 @@ from controlplane.models import (
     AuditEvent,
     IdentityMemory,
     Membership,
+    MemoryStatus,
     MonthlySpend,
     Project,
     Quota,
@@ -18,7 +20,12 @@ from controlplane.models import (
     TaskFollowup,
     UsageRecord,
 )
-from controlplane.services.memories import memory_content_validate
+from controlplane.services.memories import (
+    memory_approve,
+    memory_content_validate,
+    memory_flags_apply,
+    memory_restore,
+)
 from controlplane.services.tokens import token_revoke
 
 USAGE_COLUMNS = [
@@ -169,9 +176,22 @@ class IdentityMemoryForm(forms.ModelForm):
         except DomainError as error:
             raise forms.ValidationError(error.message) from None
 
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        # `archived_at` goes with the archived status (a check constraint): set or clear it.
+        if cleaned.get("status") == MemoryStatus.ARCHIVED:
+            self.instance.archived_at = self.instance.archived_at or timezone.now()
+        else:
+            self.instance.archived_at = None
+        return cleaned
+
 
 @admin.register(IdentityMemory)
 class IdentityMemoryAdmin(admin.ModelAdmin):
+    """Memories with their usage, instruction flags and approval. New or edited content is
+    flagged again through the memory services (an edited text needs a new approval); the
+    approve and restore actions call the same services as the API."""
+
     form = IdentityMemoryForm
     list_display = [
         "id",
@@ -182,12 +202,64 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
         "status",
         "source_task",
         "short_content",
+        "flagged",
+        "approved_at",
+        "injection_count",
+        "last_injected_at",
+        "archived_at",
         "created_at",
     ]
-    list_filter = ["scope", "project", "source", "status"]
+    list_filter = [
+        "scope",
+        "project",
+        "source",
+        "status",
+        "flagged",
+        ("approved_at", admin.EmptyFieldListFilter),
+        ("last_injected_at", admin.EmptyFieldListFilter),
+    ]
+    list_select_related = ["project", "user", "source_task"]
     search_fields = ["content"]
     autocomplete_fields = ["user", "project", "source_task", "superseded_by", "created_by"]
-    readonly_fields = ["created_at", "updated_at"]
+    readonly_fields = [
+        "instruction_flags",
+        "flagged",
+        "approved_at",
+        "approved_by",
+        "injection_count",
+        "last_injected_at",
+        "archived_at",
+        "created_at",
+        "updated_at",
+    ]
+    actions = ["approve", "restore"]
+
+    def save_model(self, request, obj: IdentityMemory, form, change: bool) -> None:
+        if not change or "content" in form.changed_data:
+            memory_flags_apply(obj)
+            obj.approved_at = None  # a new text needs a new approval
+            obj.approved_by = None
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Approve the selected flagged auto memories", permissions=["change"])
+    def approve(self, request, queryset) -> None:
+        self._each(request, queryset, memory_approve, "Approved")
+
+    @admin.action(description="Restore the selected archived memories", permissions=["change"])
+    def restore(self, request, queryset) -> None:
+        self._each(request, queryset, memory_restore, "Restored")
+
+    def _each(self, request, queryset, service, verb: str) -> None:
+        done, refused = 0, []
+        for memory in queryset.order_by("pk"):
+            try:
+                service(user=request.user, memory=memory)
+                done += 1
+            except DomainError as error:
+                refused.append(f"memory {memory.pk}: {error.message}")
+        self.message_user(request, f"{verb} {done} memory(ies).")
+        if refused:
+            self.message_user(request, "Not changed: " + " ".join(refused), messages.WARNING)
 
     @admin.display(description="content")
     def short_content(self, memory: IdentityMemory) -> str:
