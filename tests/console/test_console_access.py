@@ -7,6 +7,7 @@ anonymous visitor is sent to the sign-in page.
 
 import pytest
 from django.urls import reverse
+from playwright.sync_api import expect
 
 from automemory.models import TaskAutoMemoryFlags
 from controlplane.models import IdentityMemory, MemoryScope, MemorySource, MemorySourceTask
@@ -158,3 +159,46 @@ def test_a_user_level_memory_exists_only_for_its_user(client, world, alice, bob)
     client.force_login(alice)
     assert client.get(reverse("console:memory", args=[personal.pk])).status_code == 200
     assert "alice likes short names" in client.get(reverse("console:my_memories")).content.decode()
+
+
+# --- In a real browser ------------------------------------------------------------------------
+
+
+def test_browser_viewer_sees_read_only_pages(signed_in_page, console_url, world, vera):
+    memory, task = world["memory"], world["task"]
+    page = signed_in_page(vera, f"/console/projects/{world['project'].pk}/memories")
+    expect(page.get_by_text("You can read these memories")).to_be_visible()
+    row = page.locator(f"#memory-{memory.pk}")
+    expect(row).to_contain_text("The build uses a warm cache in CI.")
+    expect(row.get_by_role("link", name=f"task {task.pk}")).to_be_visible()
+    expect(page.get_by_role("link", name="Edit")).to_have_count(0)
+    expect(page.get_by_role("link", name="Delete")).to_have_count(0)
+
+    row.get_by_role("link", name=f"Memory {memory.pk}", exact=True).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Memory {memory.pk}")
+    expect(page.get_by_text("You are a viewer of this project")).to_be_visible()
+    expect(page.get_by_role("button")).to_have_text(["Sign out"])
+
+    page.get_by_role("link", name=f"Task {task.pk}").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"Task {task.pk}")
+    expect(
+        page.get_by_text("Only the project's owners and members can change them")
+    ).to_be_visible()
+    expect(page.get_by_role("radio")).to_have_count(0)
+
+    response = page.goto(console_url(f"/console/memories/{memory.pk}/edit"))
+    assert response.status == 403
+
+
+def test_browser_stranger_gets_404(signed_in_page, console_url, world, charlie):
+    page = signed_in_page(charlie, "/console/projects")
+    expect(page.get_by_role("link", name="webapp")).to_have_count(0)
+    for path in (
+        f"/console/projects/{world['project'].pk}/memories",
+        f"/console/memories/{world['memory'].pk}",
+        f"/console/memories/{world['personal'].pk}",
+        f"/console/tasks/{world['task'].pk}",
+    ):
+        response = page.goto(console_url(path))
+        assert response.status == 404, path
+        expect(page.get_by_text("The build uses a warm cache")).to_have_count(0)

@@ -2,6 +2,7 @@
 search and pages, edit, delete, approve, restore, the user's own memories, and bad input
 (bad ids, bad filter values, huge search strings, missing CSRF tokens: never a 500)."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import escape
+from playwright.sync_api import expect
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings
 from automemory.services.extractor import process_auto_memories
@@ -397,3 +399,86 @@ def test_memory_text_is_escaped(signed_in, project, alice):
     body = signed_in.get(memories_url(project)).content.decode()
     assert "<script>alert(1)</script>" not in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+# --- In a real browser ------------------------------------------------------------------------
+
+
+def test_browser_memory_with_provenance_then_edit_and_delete(
+    signed_in_page, console_url, project, task_factory, alice
+):
+    older_task = task_factory(project, alice, completed=True, prompt="Find the flaky test")
+    newer_task = task_factory(project, alice, completed=True, prompt="Find the flaky test again")
+    older = auto_memory(project, older_task, "The flaky test is test_upload (a race).")
+    newer = auto_memory(
+        project,
+        newer_task,
+        "The flaky test was test_upload; a lock fixed it.",
+        goal="goal-2",
+        injection_count=2,
+        last_injected_at=timezone.now(),
+    )
+    older.status, older.superseded_by = MemoryStatus.SUPERSEDED, newer
+    older.save()
+    manual_memory(project, alice, "Releases are cut on Mondays.")
+
+    page = signed_in_page(alice, "/console/projects")
+    page.get_by_role("link", name="webapp").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Memories of webapp")
+    row = page.locator(f"#memory-{newer.pk}")
+    expect(row).to_contain_text("The flaky test was test_upload")
+    expect(row.get_by_role("link", name=f"task {newer_task.pk}")).to_be_visible()
+    expect(row.get_by_role("link", name=f"memory {older.pk}")).to_be_visible()
+    expect(row).to_contain_text("2 tasks")
+
+    # Filtering by source swaps the list in place (htmx) and keeps the URL shareable.
+    page.get_by_label("Source").select_option("manual")
+    expect(page.locator(f"#memory-{newer.pk}")).to_have_count(0)
+    expect(page.get_by_text("Releases are cut on Mondays.")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"source=manual"))
+    page.get_by_label("Source").select_option("")
+    page.get_by_label("Search").fill("lock fixed")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#memory-list tbody tr")).to_have_count(1)
+
+    page.get_by_role("link", name=f"Memory {newer.pk}", exact=True).click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Memory {newer.pk}")
+    expect(page.get_by_role("link", name=f"Task {newer_task.pk}")).to_be_visible()
+    expect(page.get_by_text(f"It replaced memory {older.pk}")).to_be_visible()
+    expect(page.get_by_text("2 times, last on")).to_be_visible()
+
+    page.get_by_role("link", name="Edit").click()
+    page.get_by_role("textbox", name="Memory").fill("A lock around the upload fixed test_upload.")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status")).to_contain_text("Memory saved.")
+    expect(page.locator("pre.memory-text")).to_have_text(
+        "A lock around the upload fixed test_upload."
+    )
+
+    page.get_by_role("link", name="Edit").click()
+    page.get_by_role("textbox", name="Memory").fill(SECRET_TEXT)
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".field-error")).to_contain_text("holds a secret")
+    expect(page.get_by_role("textbox", name="Memory")).to_have_attribute("aria-invalid", "true")
+    page.get_by_role("link", name="Cancel").click()
+
+    page.get_by_role("link", name="Delete").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Delete memory {newer.pk}?")
+    page.get_by_role("button", name="Delete for good").click()
+    expect(page).to_have_url(console_url(f"/console/projects/{project.pk}/memories"))
+    expect(page.get_by_role("status")).to_contain_text("Memory deleted")
+    expect(page.locator(f"#memory-{newer.pk}")).to_have_count(0)
+    assert not IdentityMemory.objects.filter(pk=newer.pk).exists()
+
+
+def test_browser_my_memories_add_and_keyboard(signed_in_page, alice):
+    page = signed_in_page(alice, "/console/me/memories")
+    expect(page.get_by_text("Nothing is remembered about you yet")).to_be_visible()
+    page.get_by_role("textbox", name="Memory").focus()
+    page.keyboard.type("I review pull requests in the morning.")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Add")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("status")).to_contain_text("Memory added.")
+    expect(page.locator("#memory-list")).to_contain_text("I review pull requests in the morning.")
+    assert IdentityMemory.objects.filter(user=alice, scope=MemoryScope.USER).count() == 1

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from automemory.console.explanations import reason_explanation
 from automemory.models import AutoMemoryLog, AutoMemorySettings, TaskAutoMemoryFlags
@@ -204,3 +205,38 @@ def test_flags_need_post_and_csrf(project, task_factory, alice):
     response = client.post(flags_url(task), {"use_memories": "on", "generate_memories": "on"})
     assert response.status_code == 403
     assert not TaskAutoMemoryFlags.objects.filter(task=task).exists()
+
+
+# --- In a real browser ------------------------------------------------------------------------
+
+
+def test_browser_task_page_and_flags_toggle(signed_in_page, project, task_factory, alice, bob):
+    shared = IdentityMemory.objects.create(
+        scope=MemoryScope.PROJECT, project=project, content="Use the staging DB", created_by=bob
+    )
+    task = task_factory(
+        project,
+        alice,
+        completed=True,
+        prompt="Migrate the orders table",
+        injected_memory_ids=[shared.pk, shared.pk + 1000],
+    )
+    page = signed_in_page(bob, f"/console/tasks/{task.pk}")
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"Task {task.pk}")
+    expect(page.get_by_text("Migrate the orders table")).to_be_visible()
+    expect(page.get_by_role("link", name=f"Memory {shared.pk}")).to_be_visible()
+    expect(page.get_by_text("deleted", exact=True)).to_be_visible()
+
+    use = page.get_by_role("group", name="Use memories")
+    generate = page.get_by_role("group", name="Generate a memory")
+    expect(use.get_by_label("Follow my setting")).to_be_checked()
+    use.get_by_label("Off").check()
+    generate.get_by_label("On").check()
+    page.get_by_role("button", name="Save flags").click()
+    expect(page.get_by_role("status")).to_contain_text("Auto memory flags saved")
+    expect(page.get_by_role("group", name="Use memories").get_by_label("Off")).to_be_checked()
+    flags = TaskAutoMemoryFlags.objects.get(task=task)
+    assert (flags.use_memories, flags.generate_memories) == (False, True)
+
+    page.get_by_role("link", name=f"Memory {shared.pk}").click()
+    expect(page.locator("pre.memory-text")).to_have_text("Use the staging DB")
