@@ -253,6 +253,12 @@ class MemoryInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(max_length=MEMORY_MAX_CHARS)
 
 
+class MemoryUpdateInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    content = StrictTextField(
+        max_length=MEMORY_MAX_CHARS, required=False, help_text="Absent: nothing changes."
+    )
+
+
 class NoInput(RejectUnknownFieldsMixin, serializers.Serializer):
     """An action's body: nothing (an empty JSON object or no body at all)."""
 

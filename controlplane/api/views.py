@@ -311,13 +311,14 @@ class MemoryDetailView(APIView):
         description="The content is checked like a new memory's and flagged again; a changed "
         "content needs a new approval when it is still flagged. An auto memory edited by hand "
         "stays auto.",
-        request=s.MemoryInput,
+        request=s.MemoryUpdateInput,
         responses={200: s.MemoryOutput, **errors(400, 401, 403, 404)},
     )
     def patch(self, request: Request, memory_id: str) -> Response:
         memory = memory_get_for_change(user=request.user, memory_id=memory_id)
-        data = validated(s.MemoryInput, request.data)
-        memory = memory_update(user=request.user, memory=memory, **data)
+        data = validated(s.MemoryUpdateInput, request.data)
+        if "content" in data:
+            memory = memory_update(user=request.user, memory=memory, content=data["content"])
         return Response(s.MemoryOutput(memory).data)
 
     @extend_schema(

@@ -229,7 +229,6 @@ BAD_EDITS = [
     ({"content": None}, "content"),
     ({"content": "   "}, "content"),
     ({"content": "nul\x00byte"}, "content"),
-    ({}, "content"),
     ({"content": "ok", "status": "archived"}, "status"),
     ({"content": "ok", "flagged": False}, "flagged"),
     ({"content": "The staging db password=Sup3rS3cretPassw0rd"}, "content"),
@@ -248,6 +247,13 @@ def test_bad_edits_are_400_and_change_nothing(
     assert "Sup3rS3cret" not in response.content.decode()
     memory.refresh_from_db()
     assert memory.content == "Old text." and snapshot() == before
+
+
+def test_an_edit_without_content_changes_nothing(api_client_for, alice, project, memory_factory):
+    memory = memory_factory(project=project, content="Old text.")
+    response = post_json(api_client_for(alice), f"/memories/{memory.pk}", {}, "patch")
+    assert response.status_code == 200 and response.json()["content"] == "Old text."
+    assert not AuditEvent.objects.filter(action="memory_updated").exists()
 
 
 @pytest.mark.parametrize("body", ["[]", '"text"', "{", "null"])
