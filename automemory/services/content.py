@@ -1,8 +1,13 @@
-"""What an auto memory says and which goal it belongs to (deterministic v1, no model call)."""
+"""What an auto memory says and which goal it belongs to (the deterministic strategy, no model).
+
+The model-based strategy is `automemory.services.model_extraction`; both hand the sweep a
+`MemoryDraft`.
+"""
 
 import hashlib
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from django.utils.module_loading import import_string
 
@@ -16,6 +21,26 @@ _WHITESPACE = re.compile(r"\s+")
 _REDACTION_MARGIN_CHARS = 8192
 # A long result is cleaned of injected memories a prefix at a time, starting with this much.
 _CLEAN_PREFIX_CHARS = 32768
+
+
+@dataclass(frozen=True)
+class MemoryDraft:
+    """What the sweep's content step hands to the writer: the memory's text and keywords.
+
+    `content` is redacted and free of injected memories (still checked for private text
+    before it is written); `keywords` come from the extraction model (empty from the
+    deterministic strategy) and are stored on the memory; `note` is a line for the task's
+    log detail (e.g. that the deterministic text was written because the model was away).
+    """
+
+    content: str
+    keywords: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+class NoDurableSignal(Exception):
+    """The task holds nothing worth remembering (the model's judgement, or a result that
+    adds nothing to the goal); the message says why, redacted."""
 
 
 def goal_line(task: Task) -> str:
@@ -47,20 +72,57 @@ def render_memory_content(task: Task) -> str:
 
 
 def memory_content(task: Task) -> str:
-    """The deterministic v1 strategy: the redacted goal line (capped) and result excerpt.
+    """The deterministic strategy: the redacted goal line (capped), then what the result adds.
+
+    The result's excerpt starts after its leading lines that only restate the goal (an echo
+    of the prompt, `Result for: <goal>`), so the goal is said once. When the result adds
+    nothing to the goal (an echo, "ok" to the task "ok") the answer is "": there is nothing
+    to remember, and the sweep skips the task as `no_durable_signal`.
 
     A strategy that returns text taken from the task must redact it, as this one does, and
     remove what was injected into the task (`result_without_injected`).
     """
     line_cap = conf.get("GOAL_LINE_MAX_CHARS")
     excerpt_chars = conf.get("RESULT_EXCERPT_CHARS")
-    line = redact(goal_line(task))
+    goal = goal_line(task)
+    line = redact(goal)
     if len(line) > line_cap:
         line = line[: line_cap - 1].rstrip() + "…"
     result = result_without_injected(task, needed_chars=excerpt_chars + _REDACTION_MARGIN_CHARS)
-    window = result[: excerpt_chars + _REDACTION_MARGIN_CHARS]
-    excerpt = redact(window)[:excerpt_chars].strip()
-    return f"{line}\n{excerpt}" if excerpt else line
+    window = result[: excerpt_chars * 2 + _REDACTION_MARGIN_CHARS]
+    excerpt = _without_goal_restatement(redact(window), goal=goal)[:excerpt_chars].strip()
+    if not _WORD.search(excerpt):
+        return ""
+    return f"{line}\n{excerpt}" if line else excerpt
+
+
+_WORD = re.compile(r"\w+")
+# Words a line may put before the goal and still only restate it ("Result for: <goal>").
+_RESTATEMENT_PREFIX_WORDS = 3
+
+
+def _without_goal_restatement(text: str, *, goal: str) -> str:
+    """`text` without its leading lines that are blank, bare punctuation or the goal again."""
+    goal_words = [word.casefold() for word in _WORD.findall(goal)]
+    lines = text.splitlines(keepends=True)
+    start = 0
+    for start, current in enumerate(lines):  # noqa: B007 (the index is the answer)
+        words = [word.casefold() for word in _WORD.findall(current)]
+        if not words:
+            continue
+        if goal_words and _restates(words, goal_words):
+            continue
+        break
+    else:
+        return ""
+    return "".join(lines[start:])
+
+
+def _restates(words: list[str], goal_words: list[str]) -> bool:
+    if words == goal_words:
+        return True
+    extra = len(words) - len(goal_words)
+    return 0 < extra <= _RESTATEMENT_PREFIX_WORDS and words[extra:] == goal_words
 
 
 def result_without_injected(task: Task, *, needed_chars: int | None = None) -> str:

@@ -584,7 +584,7 @@ def test_an_echoed_memory_block_is_not_remembered_again(task_factory, project, a
     process_auto_memories(user=alice)
     content = auto_memories().get().content
     assert "OLD FACT" not in content
-    assert content.startswith("Ship it\nShip it\nShipped the release.")
+    assert content.startswith("Ship it\nShipped the release.")
 
 
 def test_the_global_sweep_leaves_a_not_idle_task_alone_until_it_is_idle(

@@ -14,6 +14,7 @@ from automemory.models import AutoMemoryLog, AutoMemorySettings, TaskAutoMemoryF
 from automemory.services.extractor import process_auto_memories
 from automemory.services.preferences import SETTINGS_FIELDS
 from controlplane.models import AuditEvent, IdentityMemory
+from tests.automemory.fake_openai import answer
 
 
 @pytest.fixture
@@ -158,7 +159,17 @@ def test_the_command_shows_the_defaults(alice):
     assert not AutoMemorySettings.objects.exists(), "looking changes nothing"
 
 
-def test_the_command_changes_settings_and_the_next_sweep_sees_it(alice, skipped_task):
+def test_the_command_changes_settings_and_the_next_sweep_sees_it(alice, skipped_task, fake_openai):
+    fake_openai.respond_with(
+        answer(
+            {
+                "worth_remembering": True,
+                "memory": "Login sessions are checked in auth.py.",
+                "keywords": ["auth"],
+                "reason": "a convention",
+            }
+        )
+    )
     shown = run_command(
         "alice",
         "--set",
@@ -174,6 +185,7 @@ def test_the_command_changes_settings_and_the_next_sweep_sees_it(alice, skipped_
     assert shown["extract_model"] == "gpt-5-mini"
     assert AutoMemorySettings.objects.get(user=alice).extract_model == "gpt-5-mini"
     assert process_auto_memories().extracted == 1
+    assert fake_openai.completion_requests[0].body["model"] == "gpt-5-mini"
     assert AuditEvent.objects.filter(action="auto_memory_settings_updated").count() == 1
 
 
