@@ -4,7 +4,8 @@
 # Setup is idempotent: the virtualenv is created once and dependencies are reinstalled only
 # when pyproject.toml changes. `make test` also installs the real codex CLI the tests run
 # (the version pinned in tests/worker/real_codex/codex-version) from npm into .cache/; without
-# npm those tests skip (and fail in CI).
+# npm those tests skip (and fail in CI). It also installs Chromium for the console's browser
+# tests when it is missing and apt can be used (as root); without it they skip (fail in CI).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +17,7 @@ CODEX_VERSION := $(shell cat tests/worker/real_codex/codex-version)
 CODEX_DIR := .cache/codex-cli/$(CODEX_VERSION)
 CODEX_BIN := $(CODEX_DIR)/bin/codex
 
-.PHONY: run test setup lint codex-cli
+.PHONY: run test setup lint codex-cli browser
 
 # `make run` serves as a deployment does (DEBUG off, gunicorn, static files by whitenoise),
 # with a secret key generated once into var/ (an exported SECRET_KEY wins). ADDR=HOST:PORT.
@@ -33,8 +34,21 @@ $(DEV_SECRET_KEY):
 	mkdir -p $(@D)
 	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
 
-test: setup codex-cli
+test: setup codex-cli browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The OS's Chromium for the console's browser tests (Playwright drives it; its own browser
+# download is not used). Not fatal: without it those tests skip, saying why.
+browser:
+	@if [ -z "$$CONSOLE_BROWSER" ] && ! command -v chromium >/dev/null 2>&1 \
+		&& ! command -v chromium-browser >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+				|| echo "could not install chromium: the console browser tests will skip"; \
+		else \
+			echo "chromium not found: the console browser tests will skip (in CI they fail)"; \
+		fi; \
+	fi
 
 lint: setup
 	$(PY) -m ruff check .

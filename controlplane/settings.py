@@ -190,7 +190,8 @@ for _scope, _rate in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"].items():
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "Control plane API",
-    "DESCRIPTION": "Coding-agent tasks in projects, with auto memory.",
+    "DESCRIPTION": "Coding-agent tasks in projects, with auto memory. People see and manage "
+    "what is remembered in the [memory console](/console/) (sign in with your password).",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from controlplane.models import ApiToken, Membership, Project
-from controlplane.services.demo import DEMO_TOKENS_KEPT
+from controlplane.services.demo import DEMO_TOKENS_KEPT, demo_password
 from controlplane.services.tokens import token_key_hash
 from controlplane.supervisor import Supervisor
 
@@ -76,7 +76,8 @@ def test_demo_setup_keeps_its_user_and_project_and_prints_a_new_token_last(clien
 
     demo = User.objects.get(username="demo")
     assert first[-1] != second[-1]
-    assert demo.is_staff and demo.is_superuser and demo.check_password("demo")
+    assert demo.is_staff and demo.is_superuser and demo.check_password(demo_password())
+    assert not demo.check_password("demo")
     project = Project.objects.get(name="demo")
     assert Membership.objects.get(project=project, user=demo).role == "owner"
     for key in (first[-1], second[-1]):

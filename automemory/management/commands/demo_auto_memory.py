@@ -43,6 +43,7 @@ class Command(BaseCommand):
             say("  what its agent was given (echo executor's result):")
             for line in task.result_text.splitlines():
                 say(f"    | {line}")
+        say(f"See it in the console: {base}/console/log (sign in as the demo user)")
         say("See each step:")
         say(f"  curl {auth} {base}/users/me/auto-memory-settings")
         say(f"  curl {auth} {base}/users/me/auto-memory-log")

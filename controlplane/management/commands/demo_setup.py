@@ -2,12 +2,13 @@
 
 from django.core.management.base import BaseCommand
 
-from controlplane.services.demo import DEMO_PASSWORD, DEMO_TOKENS_KEPT, demo_setup
+from controlplane.services.demo import DEMO_PASSWORD_FILE, DEMO_TOKENS_KEPT, demo_setup
 
 
 class Command(BaseCommand):
     help = (
-        "Create (or find) the demo user (a superuser with password 'demo') and its project "
+        "Create (or find) the demo user (a superuser whose password is generated once into "
+        f"var/{DEMO_PASSWORD_FILE}) and its project "
         "'demo'; mint a new API token named 'demo' and print it as the last line (the "
         f"{DEMO_TOKENS_KEPT} newest demo tokens stay valid, older ones are revoked)."
     )
@@ -15,7 +16,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         demo = demo_setup()
         self.stdout.write(
-            f"Demo user {demo.user.username} (password {DEMO_PASSWORD}), "
+            f"Demo user {demo.user.username} (password {demo.password}), "
             f"project {demo.project.name!r} (id {demo.project.pk})."
         )
         self.stdout.write(demo.token)

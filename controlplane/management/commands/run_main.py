@@ -88,7 +88,9 @@ class Command(BaseCommand):
             manage = str(settings.BASE_DIR / "manage.py")
             commands["worker"] = [sys.executable, manage, "run_worker"]
         self.stdout.write(f"API:        {url}/  (interactive page: /api/docs)")
-        self.stdout.write(f"Admin:      {url}/admin/  (demo / demo)")
+        self.stdout.write(f"Console:    {url}/console/  (memories, settings, extraction log)")
+        self.stdout.write(f"Admin:      {url}/admin/")
+        self.stdout.write(f"Demo user:  {demo.user.username}  password: {demo.password}")
         self.stdout.write(f"Demo token: {demo.token}")
         self.stdout.write("Press Ctrl-C to stop.")
         self.stdout.flush()
