@@ -23,6 +23,9 @@ DEFAULTS: dict[str, Any] = {
     # quota, or whose quota could not be read; errors back off from 1 minute to 1 hour.
     "QUOTA_LOW_RETRY_SECONDS": 600,
     "QUOTA_CHECK_RETRY_SECONDS": 60,
+    # Consolidation: how many of the project's most similar active auto memories the model
+    # compares a new memory with (0: no model call, every new memory is added).
+    "CONSOLIDATION_CANDIDATES": 5,
     # --- Model-based extraction (docs/auto-memory.md, "Model-based extraction") ---
     # The OpenAI-compatible endpoint. None: the SDK's own OPENAI_BASE_URL / OPENAI_API_KEY
     # environment variables (and its default, api.openai.com). A local server that needs no
