@@ -60,7 +60,7 @@ class MemoryContentForm(forms.Form):
 
 
 # Three states of a task flag: follow the user's setting (NULL), on, off.
-FLAG_CHOICES = [("follow", "Follow my setting"), ("on", "On"), ("off", "Off")]
+FLAG_CHOICES = [("follow", "Follow the setting"), ("on", "On"), ("off", "Off")]
 _FLAG_VALUES = {"follow": None, "on": True, "off": False}
 
 

@@ -141,6 +141,10 @@ def test_a_task_not_looked_at_yet_says_so(client, project, task_factory, alice):
     assert "has not looked at this task yet" in body
     assert "No run is recorded yet" in body
     assert "It has not run yet" in body
+    finished = task_factory(project, alice, completed=True)
+    body = client.get(task_url(finished)).content.decode()
+    assert "No run of this task is recorded in the usage ledger" in body
+    assert "Its first turn ran without memories" in body
 
 
 def test_flags_toggle_follow_on_off(client, project, task_factory, alice):
@@ -229,7 +233,8 @@ def test_browser_task_page_and_flags_toggle(signed_in_page, project, task_factor
 
     use = page.get_by_role("group", name="Use memories")
     generate = page.get_by_role("group", name="Generate a memory")
-    expect(use.get_by_label("Follow my setting")).to_be_checked()
+    expect(use.get_by_label("Follow the setting")).to_be_checked()
+    expect(page.get_by_text("the settings of alice, who created the task")).to_be_visible()
     use.get_by_label("Off").check()
     generate.get_by_label("On").check()
     page.get_by_role("button", name="Save flags").click()
