@@ -9,6 +9,8 @@ from datetime import timedelta
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
+from freezegun import freeze_time
 
 from automemory.models import AutoMemoryLog
 from automemory.services.consolidation import (
@@ -25,6 +27,7 @@ from controlplane.models import (
     MemorySource,
     MemorySourceTask,
     MemoryStatus,
+    TaskEvent,
     UsageKind,
     UsageRecord,
 )
@@ -245,6 +248,34 @@ def test_update_merges_the_task_into_the_memory_and_keeps_both_sources(
     process_auto_memories(user=alice, force=True)
     assert len(consolidating.completion_requests) == 1
     assert auto_memories().count() == 1
+
+
+def test_a_merged_task_that_later_sees_external_context_leaves_the_memory(
+    first_memory, consolidating, similar_task, alice
+):
+    consolidating.respond_with(decision("update", memory_id=first_memory.pk, text="Merged."))
+    start = timezone.now()
+    process_auto_memories()
+    with freeze_time(start + timedelta(minutes=10)):
+        similar_task.turn += 1
+        similar_task.finished_at = timezone.now()
+        similar_task.save()
+        TaskEvent.objects.create(
+            task=similar_task,
+            turn=similar_task.turn,
+            kind="web_search",
+            data={"type": "web_search", "query": "staging flag"},
+        )
+    with freeze_time(start + timedelta(minutes=40)):
+        process_auto_memories()
+
+    log = log_of(similar_task)
+    assert (log.reason, log.memory_id) == ("external_context", None)
+    assert f"merged into memory {first_memory.pk}, which is kept" in log.detail
+    assert log.retracted_at is not None
+    first_memory.refresh_from_db()
+    assert (first_memory.status, first_memory.content) == (MemoryStatus.ACTIVE, "Merged.")
+    assert len(consolidating.completion_requests) == 1
 
 
 def test_supersede_writes_the_new_memory_and_retires_the_named_ones(
