@@ -11,6 +11,7 @@ from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from automemory import selectors
@@ -108,12 +109,18 @@ def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
         "can_change": scope == MemoryScope.USER or role in CREATE_TASK_ROLES,
         "can_approve": scope == MemoryScope.PROJECT and role == Role.OWNER,
     }
+    # The filter form swaps only the list in place; anything else (a reload, history
+    # restore) gets the whole page.
+    htmx = getattr(request, "htmx", None)
+    partial = bool(htmx) and htmx.target == "memory-list" and not htmx.history_restore_request
     template = (
         "console/_memory_list.html"
-        if getattr(request, "htmx", False) and status == 200
+        if partial and status == 200
         else "console/project_memories.html"
     )
-    return render(request, template, context, status=status)
+    response = render(request, template, context, status=status)
+    patch_vary_headers(response, ["HX-Request"])
+    return response
 
 
 @require_GET

@@ -148,11 +148,23 @@ def test_filters_and_search(signed_in, project, task_factory, alice):
 
 def test_htmx_filter_request_gets_only_the_list(signed_in, project, alice):
     manual_memory(project, alice, "Only the list comes back.")
-    response = signed_in.get(memories_url(project), {"q": "list"}, HTTP_HX_REQUEST="true")
+    response = signed_in.get(
+        memories_url(project), {"q": "list"}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="memory-list"
+    )
     body = response.content.decode()
     assert response.status_code == 200
     assert body.lstrip().startswith('<div id="memory-list">')
     assert "Only the list comes back." in body and "<html" not in body
+    assert "HX-Request" in response["Vary"]
+    # A history restore (or any other htmx request) needs the whole page.
+    restore = signed_in.get(
+        memories_url(project),
+        {"q": "list"},
+        HTTP_HX_REQUEST="true",
+        HTTP_HX_TARGET="memory-list",
+        HTTP_HX_HISTORY_RESTORE_REQUEST="true",
+    )
+    assert "<html" in restore.content.decode()
 
 
 def test_empty_states_say_what_to_do(signed_in, project):
