@@ -23,7 +23,6 @@ from automemory.models import (
     MIN_INJECTION_MAX_CHARS,
     InjectionRanking,
 )
-from automemory.services.preferences import SETTINGS_FIELDS
 
 BOOLEAN, INTEGER, DECIMAL, TEXT, LINES, CHOICE = (
     "boolean",
@@ -189,14 +188,6 @@ def settings_fields() -> tuple[SettingField, ...]:
         fields.append(spec)
     return tuple(fields)
 
-
-def _check_complete() -> None:
-    names = tuple(spec.name for spec in _FIELDS)
-    if sorted(names) != sorted(SETTINGS_FIELDS):
-        raise RuntimeError(f"the settings form lacks or repeats fields: {names}")
-
-
-_check_complete()
 
 INJECTION_RANKING_CHOICES = InjectionRanking.choices
 

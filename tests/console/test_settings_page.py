@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 from playwright.sync_api import expect
 
-from automemory.console.forms import error_messages
+from automemory.console.forms import error_messages, settings_fields
 from automemory.models import AutoMemoryLog, AutoMemorySettings, Outcome, Reason
 from automemory.services.preferences import SETTINGS_FIELDS
 
@@ -79,6 +79,11 @@ def test_a_bad_value_shows_the_apis_message_and_saves_nothing(
     # The other values typed are kept for the next try.
     expect(page.get_by_label("Idle time before extraction (seconds)")).to_have_value("120")
     assert not AutoMemorySettings.objects.filter(user=alice).exists()
+
+
+def test_the_form_has_each_setting_once():
+    names = [spec.name for spec in settings_fields()]
+    assert sorted(names) == sorted(SETTINGS_FIELDS)
 
 
 def test_every_setting_has_a_labelled_input_and_help(signed_in_client, alice):
