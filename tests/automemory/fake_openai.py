@@ -6,6 +6,7 @@ points `AUTOMEMORY_OPENAI_BASE_URL` at it and stops it afterwards.
     fake_openai.enqueue(answer({"worth_remembering": True, ...}), http_error(500))
     fake_openai.respond_with(answer({...}))   # for every request after the queue runs out
     fake_openai.requests                      # what was sent: RecordedRequest(path, headers, body)
+    fake_openai.completion_requests           # those to /v1/chat/completions
 
 Replies are built with `answer(obj)` (a completion whose message content is `obj` as JSON),
 `raw_answer(text)` (any content, e.g. invalid JSON), `http_error(status)` and `hang(seconds)`
@@ -37,6 +38,8 @@ class Reply:
 
 @dataclass(frozen=True)
 class RecordedRequest:
+    """One request as received: its path, headers (names lower-cased) and parsed JSON body."""
+
     path: str
     headers: dict[str, str]
     body: Any
@@ -162,7 +165,11 @@ class FakeOpenAI:
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
                 with fake._lock:
-                    fake.requests.append(RecordedRequest(self.path, dict(self.headers), body))
+                    fake.requests.append(
+                        RecordedRequest(
+                            self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                        )
+                    )
                 reply = fake._next_reply(self.path)
                 if reply.delay and fake._stopping.wait(reply.delay):
                     return
