@@ -17,3 +17,7 @@ urlpatterns = [
     path("", include("controlplane.api.urls")),
     path("", include("automemory.api.urls")),
 ]
+
+# Under /console/ the console's own error pages (with its navigation); Django's elsewhere.
+handler403 = "automemory.console.views.forbidden"
+handler404 = "automemory.console.views.not_found"

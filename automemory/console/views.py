@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
+from django.views import defaults
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from rest_framework.exceptions import NotFound, PermissionDenied
 
@@ -197,4 +198,38 @@ def run_now(request: HttpRequest) -> HttpResponse:
         request,
         "console/run_result.html",
         {"base_template": base, "summary": summary, "skipped": skipped},
+    )
+
+
+def _console_error(request: HttpRequest, *, status: int, title: str, message: str):
+    return render(
+        request,
+        "console/error.html",
+        {"status": status, "title": title, "message": message},
+        status=status,
+    )
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """404 page: the console's own under /console/ (with the nav), Django's default elsewhere."""
+    if not request.path.startswith("/console/"):
+        return defaults.page_not_found(request, exception)
+    return _console_error(
+        request,
+        status=404,
+        title="Not found",
+        message="There is nothing here, or it belongs to a project you are not a member of.",
+    )
+
+
+def forbidden(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """403 page: under /console/ it says which permission the user's role lacks."""
+    if not request.path.startswith("/console/"):
+        return defaults.permission_denied(request, exception)
+    detail = str(exception) if isinstance(exception, DjangoPermissionDenied) else ""
+    return _console_error(
+        request,
+        status=403,
+        title="Not allowed",
+        message=detail or "Your role in this project does not allow this.",
     )

@@ -113,3 +113,33 @@ def test_malformed_sign_in_is_a_form_error_not_a_500(client, alice, data):
     response = client.post("/console/sign-in", data)
     assert response.status_code == 200
     assert "_auth_user_id" not in client.session
+
+
+def test_console_errors_have_console_pages_and_others_stay_plain(signed_in_client, alice):
+    client = signed_in_client(alice)
+    missing = client.get("/console/no-such-page")
+    assert missing.status_code == 404
+    html = missing.content.decode()
+    assert "Skip to content" in html and "Not found" in html
+    elsewhere = client.get("/no-such-page")
+    assert elsewhere.status_code == 404
+    assert "Skip to content" not in elsewhere.content.decode()
+
+
+def test_a_strangers_404_is_the_console_page(page, signed_in_page, charlie, project):
+    signed_in_page(charlie, f"/console/projects/{project.pk}/memories")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Not found")
+    expect(page.get_by_text("Signed in as")).to_contain_text("charlie")
+    expect(page.get_by_text(project.name)).to_have_count(0)
+
+
+def test_a_viewers_forbidden_action_gets_the_console_403(
+    signed_in_client, vera, project, task_factory
+):
+    task = task_factory(project, completed=True)
+    response = signed_in_client(vera).post(
+        f"/console/tasks/{task.pk}/flags", {"use_memories": "false"}
+    )
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert "Not allowed" in html and "viewer" in html
