@@ -31,9 +31,12 @@ from controlplane.access import (
 )
 from controlplane.errors import DomainError
 from controlplane.models import CREATE_TASK_ROLES, IdentityMemory, MemoryScope, Role
+from controlplane.selectors import task_list
 from controlplane.services import memories as memory_services
 
 PAGE_SIZE = 25
+# The project page lists this many of its newest tasks (links to their pages).
+RECENT_TASKS = 10
 
 
 def _page(request: HttpRequest, queryset) -> Page:
@@ -101,6 +104,7 @@ def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
         status = 400
     context = {
         "project": project,
+        "recent_tasks": task_list(user=request.user, project=project)[:RECENT_TASKS],
         "role": role,
         "form": form,
         "page_obj": page_obj,

@@ -245,3 +245,13 @@ def test_browser_task_page_and_flags_toggle(signed_in_page, project, task_factor
 
     page.get_by_role("link", name=f"Memory {shared.pk}").click()
     expect(page.locator("pre.memory-text")).to_have_text("Use the staging DB")
+
+
+def test_project_page_links_its_recent_tasks(client, project, task_factory, alice, bob):
+    tasks = [task_factory(project, alice if i % 2 else bob, prompt=f"job {i}") for i in range(12)]
+    client.force_login(bob)
+    body = client.get(reverse("console:project_memories", args=[project.pk])).content.decode()
+    for task in tasks[2:]:
+        assert f'href="{task_url(task)}"' in body
+    for task in tasks[:2]:
+        assert f'href="{task_url(task)}"' not in body
