@@ -141,6 +141,8 @@ def test_filters_and_search(signed_in, project, task_factory, alice):
     assert shown(q="pipeline", status="active") == {auto.content}
     assert shown(scope="user") == {"alice prefers pytest"}
     assert shown(q="nothing like this") == set()
+    # LIKE wildcards are searched for as text.
+    assert shown(q="%") == set() and shown(q="_") == set()
     assert "No memory matches these filters" in (
         signed_in.get(memories_url(project), {"q": "nothing like this"}).content.decode()
     )
@@ -207,6 +209,7 @@ def test_long_lists_are_paginated_with_a_fixed_number_of_queries(
         {"status": "deleted"},
         {"scope": "galaxy"},
         {"q": "x" * 201},
+        {"q": "% _ x" * 20_000},
         {"q": "nul\x00byte"},
     ],
 )
