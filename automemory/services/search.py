@@ -32,6 +32,8 @@ MAX_TERM_CHARS = 40
 # Letters and digits only: underscores, punctuation and FTS operators split words.
 _TERM = re.compile(r"[^\W_]+")
 
+# Stop words: function words, and the request verbs most task prompts open with ("add",
+# "fix", "update"...), which say what to do, not what the task is about.
 _STOP_WORDS_TEXT = """
     a about above after again against all also am an and any are as at be because been
     before being below between both but by can could did do does doing done down during
@@ -43,6 +45,9 @@ _STOP_WORDS_TEXT = """
     up upon us use used using very via was we were what when where which while who whom why
     will with within without would yet you your yours
     new task tasks thing things way want wants sure ok okay
+    add adds added fix fixes fixed change changes changed update updates updated create
+    creates created remove removes removed write check look looks help work works working
+    try tried still today tomorrow again know see seems
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 

@@ -1,0 +1,610 @@
+"""Benchmark: which memories a new task gets (`recent` vs `relevant`), and what it costs.
+
+Prints, from one run on one database:
+- recall@5: a synthetic project holds 240 memories over 24 topics (10 each, written from
+  per-topic templates with varying details, created in shuffled order over 120 days); 100 new
+  tasks, each about one topic and worded differently from its memories (other phrasings and
+  synonyms: a task about deploys says "ship to production", "roll out", "release"). A task
+  scores 1 when at least one memory of its topic is among the project memories injected.
+  `recent` should stay near 5 / 24 topics; `relevant` should reach 0.9 or more;
+- the injection's time (median of repeated runs) and queries, for both rankings, with 10,
+  2,000 and 20,000 memories in the project, and the ratio of the time at 20,000 to 10.
+  Queries are counted as data statements plus transaction control (BEGIN/COMMIT, which
+  SQLite issues as statements); the target is 6 data statements or fewer.
+
+    python benchmarks/bench_retrieval.py                       # a throwaway SQLite file
+    python benchmarks/bench_retrieval.py --database-url postgres://postgres@127.0.0.1:5432/postgres
+
+With --database-url (PostgreSQL) a throwaway database is created next to the one named and
+dropped at the end.
+"""
+
+import argparse
+import os
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BASE_DIR))
+
+SIZES = (10, 2_000, 20_000)
+MEMORIES_PER_TOPIC = 10
+TASKS = 100
+REPEATS = 21
+SEED = 11
+TRANSACTION_CONTROL = re.compile(r"\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)\b", re.I)
+
+# Each topic: how its memories are written (templates filled with a detail), and how tasks
+# about it are asked (other words for the same thing, never a memory's sentence).
+TOPICS: dict[str, dict[str, list[str]]] = {
+    "deploy": {
+        "memory": [
+            "Deploys run through the release pipeline: tag the commit, run make release, and the "
+            "rollout to production starts for {d}.",
+            "Production deploys need the on-call approval in {d} before the release is rolled out.",
+            "The deploy script pushes the release image to the registry and restarts the {d} "
+            "pods in production.",
+        ],
+        "task": [
+            "Ship the new version to production",
+            "Roll out the fix to prod today",
+            "How do I release this branch?",
+            "Deploy the hotfix for {d}",
+            "Prepare a production release of the API",
+        ],
+    },
+    "database_migrations": {
+        "memory": [
+            "Schema migrations are generated with makemigrations and reviewed for table locks in "
+            "{d}.",
+            "Never edit an applied migration; add a new migration and squash old ones in {d} "
+            "later.",
+            "Data migrations backfill rows in batches of 1000 to avoid locking the {d} table "
+            "schema.",
+        ],
+        "task": [
+            "Add a column to the orders table with a schema migration",
+            "Write a migration that backfills the {d} field",
+            "Squash the old migrations of the billing app",
+            "Change the database schema for user profiles",
+            "Rename a model field and migrate existing rows",
+        ],
+    },
+    "login": {
+        "memory": [
+            "Login sessions use the sid cookie; the auth middleware checks the session on {d}.",
+            "Password login is rate limited per account: five sign in attempts per minute on {d}.",
+            "SSO login goes through the OAuth callback at /auth/callback; users sign in with {d}.",
+        ],
+        "task": [
+            "Users cannot sign in after the password reset",
+            "Fix the login redirect loop on {d}",
+            "Add single sign-on with OAuth for the admin",
+            "Sessions expire too early: users get logged out",
+            "Investigate failed login attempts",
+        ],
+    },
+    "billing": {
+        "memory": [
+            "Invoices are generated on the first of the month by the billing job for {d}.",
+            "Billing amounts are stored in cents; invoice totals are rounded with the banker's "
+            "rule ({d}).",
+            "Stripe payment webhooks update the subscription and invoice status through the "
+            "billing handler ({d}).",
+        ],
+        "task": [
+            "Customers were charged twice on their invoice",
+            "Refund a subscription payment through Stripe",
+            "The monthly invoice total is off by one cent",
+            "Add a new pricing plan to billing",
+            "Payment webhook fails for {d}",
+        ],
+    },
+    "css": {
+        "memory": [
+            "Styles live in static/css; the stylesheet is built with sass for {d}.",
+            "Use the design tokens for colors in CSS instead of raw hex values in {d}.",
+            "CSS classes follow BEM naming; the layout styles avoid ids in {d}.",
+        ],
+        "task": [
+            "The button colors look wrong in dark mode",
+            "Fix the stylesheet for the sidebar layout",
+            "Make the header responsive on small screens with CSS",
+            "Update the sass variables for the new brand colors",
+            "Align the form fields on {d}, the styles are off",
+        ],
+    },
+    "alerts": {
+        "memory": [
+            "Alerts go to the on-call channel through the alertmanager route for {d}.",
+            "A paging alert needs a runbook link; warning alerts only post to {d}.",
+            "Alert thresholds live in monitoring/rules; latency alerts page at p99 for {d}.",
+        ],
+        "task": [
+            "We got paged at night for no reason, tune the alert",
+            "Add a monitoring rule for high latency on {d}",
+            "The on-call rotation did not receive the alert",
+            "Write a runbook for the disk full alert",
+            "Silence noisy warnings from alertmanager",
+        ],
+    },
+    "search": {
+        "memory": [
+            "The search endpoint paginates results twenty per page; relevance ranking uses {d}.",
+            "Search indexing runs nightly; a full reindex of {d} takes about an hour.",
+            "Search queries are tokenised with the english analyzer in {d}.",
+        ],
+        "task": [
+            "Search results are missing recent products",
+            "Speed up the search query ranking",
+            "Reindex the catalogue for full-text search",
+            "Pagination of search results shows duplicates",
+            "Improve the relevance of searches for {d}",
+        ],
+    },
+    "queue": {
+        "memory": [
+            "Background jobs run on the celery queue; each worker handles {d} jobs.",
+            "Retry failed background jobs with exponential backoff, at most five retries ({d}).",
+            "The job queue is redis-backed; purge the queue only from the {d} console.",
+        ],
+        "task": [
+            "Background jobs are stuck in celery",
+            "Failed jobs retry forever, cap the retries",
+            "The worker queue is backing up, add workers",
+            "Move the email sending to a background job",
+            "Redis queue memory keeps growing on {d}",
+        ],
+    },
+    "email": {
+        "memory": [
+            "Transactional email goes through the SMTP relay; mail templates live in {d}.",
+            "Email templates are MJML compiled to HTML; preview the mails at {d}.",
+            "Bounced emails are recorded by the webhook and suppress further mail to {d}.",
+        ],
+        "task": [
+            "Welcome emails are not delivered to new users",
+            "Change the template of the password reset mail",
+            "Mails bounce for addresses at {d}",
+            "Switch the SMTP provider for outgoing mail",
+            "Add an unsubscribe link to the newsletter email",
+        ],
+    },
+    "tests": {
+        "memory": [
+            "Tests run with pytest; the test suite uses factories in tests/factories for {d}.",
+            "Flaky tests are quarantined with the flaky marker and tracked in {d}.",
+            "Integration tests start a real server on localhost for {d}.",
+        ],
+        "task": [
+            "The test suite is flaky, find the unstable test",
+            "Write pytest cases for the {d} module",
+            "Add integration tests against the real server",
+            "Speed up the slow tests in the suite",
+            "Fix the failing unit test after the refactor",
+        ],
+    },
+    "ci": {
+        "memory": [
+            "CI runs on GitHub Actions; the CI workflow file is .github/workflows/{d}.yml.",
+            "The CI cache key includes the lock file; bust the workflow cache by editing {d}.",
+            "CI must pass lint, types and tests in the workflow before merge to {d}.",
+        ],
+        "task": [
+            "The GitHub Actions workflow takes too long",
+            "CI pipeline fails on the lint step",
+            "Cache dependencies in the CI workflow",
+            "Add a type check job to CI for {d}",
+            "Make the build workflow run on pull requests",
+        ],
+    },
+    "docker": {
+        "memory": [
+            "The Docker image is multi-stage; the final image stage is distroless for {d}.",
+            "docker compose up starts postgres, redis and {d} containers for local work.",
+            "Pin base images by digest in the Dockerfile of the {d} container.",
+        ],
+        "task": [
+            "The container image is too large, slim it down",
+            "docker compose fails to start the database locally",
+            "Update the base image in the Dockerfile",
+            "Put the {d} service in a Docker container",
+            "Rebuild the docker image with the new dependencies",
+        ],
+    },
+    "caching": {
+        "memory": [
+            "Page fragments are cached in redis for five minutes under the cache key {d}.",
+            "Invalidate the cache on save through the post_save signal for {d}.",
+            "The CDN caches static assets for a year; cached filenames carry a hash ({d}).",
+        ],
+        "task": [
+            "Stale data shows after an update, the cache is not invalidated",
+            "Add caching to the slow dashboard endpoint",
+            "Purge the CDN cache for the new logo",
+            "Redis cache hit rate dropped for {d}",
+            "Cache the expensive report query",
+        ],
+    },
+    "logging": {
+        "memory": [
+            "Logs are structured JSON shipped to Loki; use the logger of {d}.",
+            "Never log tokens or passwords; the log filter redacts {d}.",
+            "Log levels: INFO in production, DEBUG only locally for the {d} logs.",
+        ],
+        "task": [
+            "Our logs are too noisy, lower the log verbosity",
+            "Add structured logging to the {d} service",
+            "A password ended up in the logs, redact it",
+            "Ship the application logs to Loki",
+            "Missing log lines for failed requests",
+        ],
+    },
+    "permissions": {
+        "memory": [
+            "Permissions are role based: owner, member, viewer; permission checks live in {d}.",
+            "Viewers can read but never write; non-members get 404 on {d} (access control).",
+            "Object permissions and access checks are done in the service layer, not in {d} views.",
+        ],
+        "task": [
+            "A viewer was able to edit a project, fix access control",
+            "Add a new role for auditors with read access",
+            "Non-members can see private projects, check permissions",
+            "Restrict who can delete {d} with a permission",
+            "Review the access checks in the API",
+        ],
+    },
+    "api_versioning": {
+        "memory": [
+            "The public API is versioned in the URL (/v2/); API v1 is frozen since {d}.",
+            "Breaking API changes need a new API version and a deprecation notice ({d}).",
+            "The OpenAPI schema of each API version is generated by drf-spectacular at {d}.",
+        ],
+        "task": [
+            "Add a v3 API endpoint without breaking old clients",
+            "Deprecate the old v1 routes of the API",
+            "The OpenAPI schema is missing the new endpoint",
+            "Clients broke after the API change to {d}",
+            "Document the REST API versions",
+        ],
+    },
+    "i18n": {
+        "memory": [
+            "Translations are gettext .po files compiled with compilemessages for {d}.",
+            "Dates are formatted per locale; never hard-code month names in a translation ({d}).",
+            "New UI strings must be marked for translation in {d}.",
+        ],
+        "task": [
+            "Translate the checkout page into German",
+            "Some strings are not translated in the French UI",
+            "Dates show in English for users with a Spanish locale",
+            "Add a new language translation to the {d} site",
+            "Extract the strings for translation again",
+        ],
+    },
+    "backups": {
+        "memory": [
+            "Database backups run nightly with pg_dump to the {d} bucket; restore from the "
+            "latest dump.",
+            "Backup restore drills happen monthly; the last restore took {d} minutes.",
+            "Backups are encrypted snapshots kept for 30 days in {d}.",
+        ],
+        "task": [
+            "Restore yesterday's database snapshot to staging",
+            "Check that the nightly backup succeeded",
+            "How long do we keep the database backups?",
+            "Encrypt the offsite backup copies for {d}",
+            "Test restoring the data from a snapshot",
+        ],
+    },
+    "performance": {
+        "memory": [
+            "Slow queries are found with the query log; add database indexes for {d}.",
+            "Use select_related to avoid N+1 queries that slow down the list views of {d}.",
+            "Profile slow endpoints with py-spy before optimising {d}.",
+        ],
+        "task": [
+            "The orders page is slow, profile it",
+            "Too many SQL queries on the list view",
+            "Add a database index for the slow report",
+            "Latency of {d} doubled since last week, profile the queries",
+            "Optimise the slowest endpoint",
+        ],
+    },
+    "feature_flags": {
+        "memory": [
+            "Feature flags live in the flags table; toggle a feature flag in the admin for {d}.",
+            "Remove a feature flag two weeks after its full rollout ({d}).",
+            "Feature flags are evaluated per user with a percentage rollout in {d}.",
+        ],
+        "task": [
+            "Turn on the new checkout for 10% of users with a feature flag",
+            "Clean up stale feature flags",
+            "Gate the beta dashboard behind a flag",
+            "The feature flag for {d} does not work",
+            "Enable the redesign flag for internal users only",
+        ],
+    },
+    "dependencies": {
+        "memory": [
+            "Python dependencies are pinned in the lock file; update a package with uv lock ({d}).",
+            "Renovate opens dependency upgrade PRs weekly for {d}.",
+            "Security advisories for dependencies are checked by pip-audit in {d}.",
+        ],
+        "task": [
+            "Upgrade the Django package to the latest version",
+            "A vulnerable package was reported, upgrade it",
+            "Update the locked dependencies",
+            "Renovate PRs pile up, merge the safe dependency upgrades",
+            "Pin the version of the {d} package",
+        ],
+    },
+    "secrets": {
+        "memory": [
+            "Secrets come from the vault and are injected as environment variables ({d}).",
+            "Rotate the API signing key every 90 days; the secret key id lives in {d}.",
+            "Never commit .env files with secrets; the pre-commit hook blocks {d}.",
+        ],
+        "task": [
+            "Rotate the leaked credentials and secrets",
+            "Move the API keys out of the settings file into the vault",
+            "Someone committed a .env with a secret, clean it up",
+            "Read the database password from vault",
+            "Renew the signing secret for {d}",
+        ],
+    },
+    "frontend_build": {
+        "memory": [
+            "The frontend bundle is built with vite; the build entry point is {d}.",
+            "JavaScript bundles are split per route to keep each bundle under {d} kB.",
+            "npm run build writes the frontend assets to dist/ for {d}.",
+        ],
+        "task": [
+            "The JS bundle got huge, split it",
+            "Vite build fails after the upgrade",
+            "Hot reload stopped working in the frontend",
+            "Add a new page entry to the bundle config",
+            "Minify the frontend build for {d}",
+        ],
+    },
+    "rate_limiting": {
+        "memory": [
+            "The API is throttled per token: 100 requests per minute, the rate limit for {d}.",
+            "Rate limit counters live in redis with a sliding window for {d}.",
+            "Throttled requests get 429 with a Retry-After header ({d}).",
+        ],
+        "task": [
+            "Clients get 429 Too Many Requests",
+            "Raise the rate limit for partner tokens",
+            "Throttle the login endpoint harder",
+            "Our throttling lets bursts through on {d}",
+            "Add a Retry-After header to throttled responses",
+        ],
+    },
+}
+DETAILS = [
+    "checkout",
+    "the admin",
+    "mobile",
+    "reports",
+    "eu-west",
+    "staging",
+    "the dashboard",
+    "partners",
+    "exports",
+    "the catalogue",
+    "invoices",
+    "search",
+]
+TASK_FILLERS = [
+    "{t}.",
+    "Please {lt}.",
+    "{t}; the customer is waiting.",
+    "Could you look at this: {lt}?",
+    "{t} before Friday.",
+]
+
+
+def memory_text(rng: random.Random, topic: str, index: int) -> str:
+    template = TOPICS[topic]["memory"][index % len(TOPICS[topic]["memory"])]
+    return template.format(d=rng.choice(DETAILS)) + f" (note {index})"
+
+
+def task_text(rng: random.Random, topic: str, index: int) -> str:
+    template = TOPICS[topic]["task"][index % len(TOPICS[topic]["task"])]
+    text = template.format(d=rng.choice(DETAILS))
+    filler = rng.choice(TASK_FILLERS)
+    return filler.format(t=text, lt=text[0].lower() + text[1:])
+
+
+def setup_database(url: str | None) -> tuple[str, callable]:
+    if not url:
+        path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
+        return f"sqlite:///{path}", lambda: None
+    import psycopg
+
+    base, _, _ = url.rpartition("/")
+    name = f"bench_retrieval_{os.getpid()}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop():
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+    return f"{base}/{name}", drop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", help="an existing PostgreSQL database to start from")
+    args = parser.parse_args()
+    url, cleanup = setup_database(args.database_url)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    os.environ.setdefault("SECRET_KEY", "bench-only-" + "x" * 40)
+    import django
+
+    django.setup()
+    try:
+        from django.core.management import call_command
+        from django.db import connection
+
+        call_command("migrate", verbosity=0)
+        print(f"database: {connection.vendor}")
+        bench_recall()
+        bench_cost()
+    finally:
+        cleanup()
+
+
+class Scene:
+    """A user and a project with auto memory on, the user's settings set per run."""
+
+    def __init__(self, name: str):
+        from django.contrib.auth import get_user_model
+
+        from automemory.models import AutoMemorySettings
+        from controlplane.models import IdentityMemory, Membership, Project, Role
+
+        self.user = get_user_model().objects.create_user(username=name)
+        self.project = Project.objects.create(name=name, created_by=self.user)
+        Membership.objects.create(project=self.project, user=self.user, role=Role.OWNER)
+        self.settings = AutoMemorySettings.objects.create(
+            user=self.user, use_memories=True, generate_memories=False
+        )
+        for i in range(5):  # the user's own preferences, not about any topic
+            IdentityMemory.objects.create(
+                scope="user", user=self.user, content=f"I prefer small reviewable commits ({i})."
+            )
+
+    def rank_by(self, ranking: str) -> None:
+        self.settings.injection_ranking = ranking
+        self.settings.save(update_fields=["injection_ranking"])
+
+    def inject(self, prompt: str):
+        from automemory.services.injector import inject_memories
+        from controlplane.models import Task
+
+        task = Task.objects.create(project=self.project, user=self.user, prompt=prompt)
+        return inject_memories(task=task, prompt=prompt, goal=None)
+
+
+def bench_recall() -> None:
+    from django.utils import timezone
+    from freezegun import freeze_time
+
+    from controlplane.models import IdentityMemory
+
+    rng = random.Random(SEED)
+    scene = Scene("recall")
+    rows = [(topic, i) for topic in TOPICS for i in range(MEMORIES_PER_TOPIC)]
+    rng.shuffle(rows)
+    topic_of: dict[int, str] = {}
+    start = timezone.now() - timedelta(days=120)
+    for position, (topic, i) in enumerate(rows):
+        with freeze_time(start + timedelta(hours=12 * position)):
+            created = IdentityMemory.objects.create(
+                scope="project", project=scene.project, content=memory_text(rng, topic, i)
+            )
+        topic_of[created.pk] = topic
+    topics = list(TOPICS)
+    tasks = [
+        (topics[n % len(topics)], task_text(rng, topics[n % len(topics)], n)) for n in range(TASKS)
+    ]
+    print(
+        f"recall@5: {len(rows)} project memories over {len(topics)} topics, {TASKS} new tasks "
+        f"(chance with 5 random memories ~ {5 / len(topics):.2f})"
+    )
+    for ranking in ("recent", "relevant"):
+        scene.rank_by(ranking)
+        hits = 0
+        for topic, prompt in tasks:
+            injected = scene.inject(prompt).memory_ids
+            hits += any(topic_of.get(pk) == topic for pk in injected)
+        print(f"  {ranking:>8}: {hits / len(tasks):.2f}")
+
+
+def bench_cost() -> None:
+    from django.db import connection
+
+    from controlplane.models import IdentityMemory
+
+    rng = random.Random(SEED + 1)
+    topics = list(TOPICS)
+    prompts = [task_text(rng, topics[n % len(topics)], n) for n in range(REPEATS)]
+    print(
+        f"injection cost over {REPEATS} runs: ms median / best; queries: data statements + "
+        "transaction control (most in one run)"
+    )
+    results: dict[str, dict[int, tuple[float, float, int, int]]] = {"recent": {}, "relevant": {}}
+    for size in SIZES:
+        scene = Scene(f"cost-{size}")
+        IdentityMemory.objects.bulk_create(
+            [
+                IdentityMemory(
+                    scope="project",
+                    project=scene.project,
+                    content=memory_text(rng, topics[i % len(topics)], i),
+                )
+                for i in range(size)
+            ],
+            batch_size=2000,
+        )
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+        for ranking in results:
+            scene.rank_by(ranking)
+            scene.inject(prompts[0])  # warm the statement and page caches
+            results[ranking][size] = measure(scene, prompts)
+    for ranking, by_size in results.items():
+        for size, (median, best, data, control) in by_size.items():
+            print(
+                f"  {ranking:>8} {size:>7,} memories: {median:7.2f} / {best:7.2f} ms, "
+                f"{data} + {control} queries"
+            )
+        (median_few, best_few, *_), (median_many, best_many, *_) = (
+            by_size[SIZES[0]],
+            by_size[SIZES[-1]],
+        )
+        print(
+            f"  {ranking:>8} time at {SIZES[-1]:,} / at {SIZES[0]:,}: "
+            f"median x{median_many / median_few:.2f}, best x{best_many / best_few:.2f}"
+        )
+
+
+def measure(scene: Scene, prompts: list[str]) -> tuple[float, float, int, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from automemory.services.injector import inject_memories
+    from controlplane.models import Task
+
+    timings, data, control = [], [], []
+    for prompt in prompts:
+        task = Task.objects.create(project=scene.project, user=scene.user, prompt=prompt)
+        with CaptureQueriesContext(connection) as ctx:
+            start = time.perf_counter()
+            result = inject_memories(task=task, prompt=prompt, goal=None)
+            timings.append((time.perf_counter() - start) * 1000)
+        assert len(result.memory_ids) == 10, result.memory_ids
+        statements = [q["sql"] for q in ctx.captured_queries]
+        transaction_control = sum(bool(TRANSACTION_CONTROL.match(sql)) for sql in statements)
+        data.append(len(statements) - transaction_control)
+        control.append(transaction_control)
+    return statistics.median(timings), min(timings), max(data), max(control)
+
+
+if __name__ == "__main__":
+    main()
