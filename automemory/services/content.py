@@ -99,10 +99,13 @@ def memory_content(task: Task) -> str:
 _WORD = re.compile(r"\w+")
 # Words a line may put before the goal and still only restate it ("Result for: <goal>").
 _RESTATEMENT_PREFIX_WORDS = 3
+# A line of only these words labels what follows ("## Task", "Goal:"): no content.
+_LABEL_WORDS = frozenset({"task", "goal", "prompt", "result"})
 
 
 def _without_goal_restatement(text: str, *, goal: str) -> str:
-    """`text` without its leading lines that are blank, bare punctuation or the goal again."""
+    """`text` without its leading lines that are blank, bare punctuation, a bare label
+    ("## Task") or the goal again."""
     goal_words = [word.casefold() for word in _WORD.findall(goal)]
     lines = text.splitlines(keepends=True)
     start = 0
@@ -110,7 +113,7 @@ def _without_goal_restatement(text: str, *, goal: str) -> str:
         words = [word.casefold() for word in _WORD.findall(current)]
         if not words:
             continue
-        if goal_words and _restates(words, goal_words):
+        if set(words) <= _LABEL_WORDS or (goal_words and _restates(words, goal_words)):
             continue
         break
     else:
