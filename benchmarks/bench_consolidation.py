@@ -1,0 +1,283 @@
+"""Benchmark: consolidation's model calls and ledger rows per sweep, and its own overhead.
+
+The consolidation model is the tests' fake OpenAI-compatible server on 127.0.0.1
+(tests/automemory/fake_openai.py), answering `add` at once. Prints, from one run on one
+database:
+- a sweep over 40 pending tasks with a cap of 15 model calls per sweep: the calls made,
+  the ledger rows written and the tasks left for the next sweep, sweep after sweep until
+  none is left (calls and rows never pass the cap);
+- the sweep's own time per task, model call time excluded (measured around each call),
+  and its queries per task, with 0, 2,000 and 20,000 active memories in the project
+  (the candidate search is the part that could grow with them).
+
+    python benchmarks/bench_consolidation.py                    # a throwaway SQLite file
+    python benchmarks/bench_consolidation.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+
+With --postgres a throwaway database is created next to the one named and dropped at the end;
+with --database URL the benchmark runs in that (empty) database and leaves its rows there.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BASE_DIR))
+
+PENDING = 40
+CAP = 15
+HISTORIES = (0, 2_000, 20_000)
+MEASURED_TASKS = 20
+REPEATS = 3
+MODEL = "bench-consolidator"
+
+
+def setup_database(args) -> tuple[str, callable]:
+    if args.database:
+        return args.database, lambda: None
+    if not args.postgres:
+        path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
+        return f"sqlite:///{path}", lambda: None
+    import psycopg
+
+    base, _, _ = args.postgres.rpartition("/")
+    name = f"bench_consolidation_{os.getpid()}"
+    with psycopg.connect(args.postgres, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop():
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(args.postgres, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+    return f"{base}/{name}", drop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    parser.add_argument("--database", help="URL of an empty database to run in, kept afterwards")
+    args = parser.parse_args()
+    url, cleanup = setup_database(args)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from tests.automemory.fake_openai import FakeOpenAI, answer
+
+    server = FakeOpenAI().start()
+    server.respond_with(
+        answer({"action": "add", "memory_id": None, "memory_ids": [], "text": "", "reason": "new"})
+    )
+    try:
+        run(server)
+    finally:
+        server.stop()
+        cleanup()
+
+
+class ModelClock:
+    """Time spent inside consolidation's model calls (the fake server's answers)."""
+
+    def __init__(self):
+        from automemory.services import consolidation
+
+        self.module = consolidation
+        self.original = consolidation.model_json_call
+        self.seconds = 0.0
+        self.calls = 0
+
+        def timed(**kwargs):
+            start = time.perf_counter()
+            try:
+                return self.original(**kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+
+        consolidation.model_json_call = timed
+
+    def reset(self):
+        self.seconds, self.calls = 0.0, 0
+
+
+def run(server) -> None:
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    settings.AUTOMEMORY_OPENAI_BASE_URL = server.base_url
+    settings.AUTOMEMORY_OPENAI_API_KEY = "bench"
+    settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = CAP
+    print(f"database: {connection.vendor}")
+    fixture = Fixture()
+    clock = ModelClock()
+    fixture.seed()
+    bench_caps(fixture)
+    settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 10_000
+    print(f"sweep overhead per task, model time excluded ({MEASURED_TASKS} tasks per sweep):")
+    for history in HISTORIES:
+        fixture.grow_memories(history)
+        ms, queries, calls = fixture.measure(clock)
+        print(
+            f"  {history:>6,} active memories: {ms:7.2f} ms/task, {queries:5.1f} queries/task, "
+            f"{calls} model calls"
+        )
+
+
+def bench_caps(fixture) -> None:
+    from automemory.services.extractor import process_auto_memories
+    from controlplane.models import UsageKind, UsageRecord
+
+    fixture.completed_tasks(PENDING)
+    print(f"{PENDING} pending tasks, cap {CAP} model calls per sweep:")
+    for round_number in range(1, 10):
+        before = UsageRecord.objects.filter(kind=UsageKind.MEMORY_CONSOLIDATION).count()
+        summary = process_auto_memories()
+        rows = UsageRecord.objects.filter(kind=UsageKind.MEMORY_CONSOLIDATION).count() - before
+        print(
+            f"  sweep {round_number}: {summary.model_calls} calls, {rows} ledger rows, "
+            f"{summary.extracted} extracted, {summary.deferred} left for the next sweep"
+        )
+        assert summary.model_calls <= CAP and rows <= CAP, summary
+        if not summary.deferred:
+            break
+
+
+class Fixture:
+    def __init__(self):
+        from django.contrib.auth import get_user_model
+
+        from automemory.models import AutoMemorySettings
+        from controlplane.models import Membership, Project
+
+        self.user = get_user_model().objects.create_user("bench-consolidation")
+        AutoMemorySettings.objects.create(
+            user=self.user,
+            generate_memories=True,
+            consolidation_model=MODEL,
+            monthly_memory_budget_usd=100_000,
+        )
+        self.project = Project.objects.create(name="bench", created_by=self.user)
+        Membership.objects.create(project=self.project, user=self.user, role="owner")
+        self.serial = 0
+        self.memories = 0
+
+    def completed_tasks(self, count, *, finished_ago=timedelta(hours=2)):
+        from django.utils import timezone
+
+        from controlplane.models import Task
+
+        finished = timezone.now() - finished_ago
+        tasks = []
+        for _ in range(count):
+            self.serial += 1
+            tasks.append(
+                Task(
+                    project=self.project,
+                    user=self.user,
+                    prompt=f"Deploy step {self.serial}",
+                    status="completed",
+                    started_at=finished - timedelta(minutes=5),
+                    finished_at=finished,
+                    result_text=f"The deploy script needs the staging flag, case {self.serial}. "
+                    * 8,
+                )
+            )
+        return Task.objects.bulk_create(tasks, batch_size=2000)
+
+    def seed(self):
+        """A few memories, so that every pending task has candidates and is asked about."""
+        from automemory.services.extractor import process_auto_memories
+
+        self.completed_tasks(3)
+        process_auto_memories()
+
+    def grow_memories(self, total: int):
+        """Active auto memories of the project up to `total`, each from its own old task."""
+        from django.db import transaction
+        from django.utils import timezone
+
+        from automemory.models import AutoMemoryLog
+        from automemory.services.content import goal_key
+        from controlplane.models import IdentityMemory, MemorySourceTask, Task
+
+        missing = total - self.memories
+        if missing <= 0:
+            return
+        with transaction.atomic():
+            tasks = self.completed_tasks(missing, finished_ago=timedelta(days=30))
+            memories = IdentityMemory.objects.bulk_create(
+                [
+                    IdentityMemory(
+                        scope="project",
+                        project=self.project,
+                        content=f"Deploy note {task.pk}: the staging flag and the deploy script.",
+                        source="auto",
+                        source_task=task,
+                        goal_key=goal_key(task),
+                        source_finished_at=task.finished_at,
+                    )
+                    for task in tasks
+                ],
+                batch_size=2000,
+            )
+            MemorySourceTask.objects.bulk_create(
+                [MemorySourceTask(memory=m, task_id=m.source_task_id) for m in memories],
+                batch_size=2000,
+            )
+            now = timezone.now()
+            # Behind the sweep's cursor, as history is.
+            Task.objects.filter(pk__in=[t.pk for t in tasks]).update(
+                updated_at=now - timedelta(days=30)
+            )
+            AutoMemoryLog.objects.bulk_create(
+                [
+                    AutoMemoryLog(
+                        task=task,
+                        user=self.user,
+                        outcome="extracted",
+                        reason="new",
+                        memory=memory,
+                        first_attempt_at=now,
+                        last_attempt_at=now,
+                    )
+                    for task, memory in zip(tasks, memories, strict=True)
+                ],
+                batch_size=2000,
+            )
+        self.memories = total
+
+    def measure(self, clock):
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from automemory.services.extractor import process_auto_memories
+
+        per_task_ms, per_task_queries, calls = [], [], 0
+        for _ in range(REPEATS):
+            self.completed_tasks(MEASURED_TASKS)
+            clock.reset()
+            with CaptureQueriesContext(connection) as ctx:
+                start = time.perf_counter()
+                summary = process_auto_memories()
+                elapsed = time.perf_counter() - start
+            assert summary.extracted == MEASURED_TASKS, summary.as_dict()
+            calls = clock.calls
+            per_task_ms.append((elapsed - clock.seconds) * 1000 / MEASURED_TASKS)
+            per_task_queries.append(len(ctx.captured_queries) / MEASURED_TASKS)
+        return statistics.median(per_task_ms), statistics.median(per_task_queries), calls
+
+
+if __name__ == "__main__":
+    main()
