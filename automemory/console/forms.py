@@ -184,7 +184,8 @@ def settings_fields() -> tuple[SettingField, ...]:
     for spec in _FIELDS:
         api_help = serializer_fields[spec.name].help_text
         if api_help:
-            spec = SettingField(**{**spec.__dict__, "help": str(api_help)})
+            # Plain text on the page: the schema's `code` marks are dropped.
+            spec = SettingField(**{**spec.__dict__, "help": str(api_help).replace("`", "")})
         fields.append(spec)
     return tuple(fields)
 

@@ -146,6 +146,7 @@ def _log_filters(query: QueryDict) -> tuple[dict[str, str], dict[str, list[str]]
 def log_page(request: HttpRequest) -> HttpResponse:
     """The user's extraction log with outcome and reason filters, explained, newest first."""
     filters, errors = _log_filters(request.GET)
+    run_summary = request.session.pop(RUN_SUMMARY_SESSION_KEY, None)
     rows = (
         selectors.auto_memory_log_list(user=request.user)
         .filter(**filters)
@@ -166,39 +167,42 @@ def log_page(request: HttpRequest) -> HttpResponse:
             "reason_choices": Reason.choices,
             "has_any": filters or selectors.auto_memory_log_list(user=request.user).exists(),
             "explanations": REASON_EXPLANATIONS,
+            "base_template": "console/_bare.html",
+            **(_summary_context(run_summary) if isinstance(run_summary, dict) else {}),
         },
         status=400 if errors else 200,
     )
 
 
+RUN_SUMMARY_SESSION_KEY = "console_run_summary"
+
+
+def _summary_context(summary: dict) -> dict:
+    skipped = [
+        {"reason": reason, "label": Reason(reason).label, "count": count}
+        for reason, count in summary["skipped"].items()
+        if count and reason in Reason.values
+    ]
+    return {"summary": summary, "skipped": skipped}
+
+
 @login_required
 @require_POST
 def run_now(request: HttpRequest) -> HttpResponse:
-    """Run the extraction sweep over the user's tasks now (the API's service) and show what it
-    did. `force=1` skips the waiting gates (idle, duration, length), as the API's `force`."""
+    """Run the extraction sweep over the user's tasks now (the API's service), then show the log
+    with the sweep's summary on top. `force=1` skips the waiting gates (idle, duration,
+    length), as the API's `force`. Post/redirect/get: reloading the log does not sweep again."""
     force, problems = forms.run_force_from_post(request.POST)
-    partial = bool(getattr(request, "htmx", False))
-    base = "console/_bare.html" if partial else "console/base.html"
     if force is None:
         return render(
             request,
             "console/run_result.html",
-            {"base_template": base, "problems": problems},
+            {"base_template": "console/base.html", "problems": problems},
             status=400,
         )
-    summary = RunSummarySerializer(
-        process_auto_memories(user=request.user, force=force).as_dict()
-    ).data
-    skipped = [
-        {"reason": reason, "label": Reason(reason).label, "count": count}
-        for reason, count in summary["skipped"].items()
-        if count
-    ]
-    return render(
-        request,
-        "console/run_result.html",
-        {"base_template": base, "summary": summary, "skipped": skipped},
-    )
+    summary = process_auto_memories(user=request.user, force=force).as_dict()
+    request.session[RUN_SUMMARY_SESSION_KEY] = dict(RunSummarySerializer(summary).data)
+    return redirect("console:log")
 
 
 def _console_error(request: HttpRequest, *, status: int, title: str, message: str):
