@@ -58,10 +58,13 @@ def memories_for_injection(
     params: list = []
     for scope in (MemoryScope.USER, MemoryScope.PROJECT):
         if match is not None:
+            # Rank narrow rows (id, score), then read the few chosen memories whole.
             parts.append(
-                f"SELECT {columns}, '{scope}:match' AS injection_part, {match.score} AS match_score"
-                f" FROM {match.from_sql} WHERE {match.condition} AND {_OWNER[scope]}"
-                f" AND {_INJECTABLE} ORDER BY match_score, {_NEWEST} LIMIT %s"
+                f"SELECT {columns}, '{scope}:match' AS injection_part, best.match_score"
+                f" FROM (SELECT m.id AS id, {match.score} AS match_score FROM {match.from_sql}"
+                f" WHERE {match.condition} AND {_OWNER[scope]} AND {_INJECTABLE}"
+                f" ORDER BY match_score, {_NEWEST} LIMIT %s) AS best"
+                " JOIN identity_memories m ON m.id = best.id"
             )
             params.extend([*match.params, owners[scope], limits[scope]])
         parts.append(
