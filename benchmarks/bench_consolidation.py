@@ -7,10 +7,13 @@ database:
   the ledger rows written and the tasks left for the next sweep, sweep after sweep until
   none is left (calls and rows never pass the cap);
 - the sweep's own time per task, model call time excluded (measured around each call),
-  and its queries per task, with 0, 2,000 and 20,000 active memories in the project
-  (the candidate search is the part that could grow with them).
+  and its queries per task, with 0, 2,000 and 20,000 active memories in the project, one in
+  20 of them about the same subject as the new ones (--all-matching: all of them). The
+  candidate search ranks every memory that matches a word of the new memory, so that is
+  the part that grows with them.
 
     python benchmarks/bench_consolidation.py                    # a throwaway SQLite file
+    python benchmarks/bench_consolidation.py --all-matching     # the search's worst case
     python benchmarks/bench_consolidation.py --postgres postgres://postgres@127.0.0.1:5432/postgres
 
 With --postgres a throwaway database is created next to the one named and dropped at the end;
@@ -34,6 +37,8 @@ CAP = 15
 HISTORIES = (0, 2_000, 20_000)
 MEASURED_TASKS = 20
 REPEATS = 3
+# One history memory in this many shares the words of the pending tasks' memories.
+MATCHING_SHARE = 20
 MODEL = "bench-consolidator"
 
 
@@ -63,6 +68,11 @@ def setup_database(args) -> tuple[str, callable]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    parser.add_argument(
+        "--all-matching",
+        action="store_true",
+        help="every history memory shares the new memories' words (the search's worst case)",
+    )
     parser.add_argument("--database", help="URL of an empty database to run in, kept afterwards")
     args = parser.parse_args()
     url, cleanup = setup_database(args)
@@ -79,7 +89,7 @@ def main() -> None:
         answer({"action": "add", "memory_id": None, "memory_ids": [], "text": "", "reason": "new"})
     )
     try:
-        run(server)
+        run(server, all_matching=args.all_matching)
     finally:
         server.stop()
         cleanup()
@@ -110,7 +120,7 @@ class ModelClock:
         self.seconds, self.calls = 0.0, 0
 
 
-def run(server) -> None:
+def run(server, *, all_matching: bool) -> None:
     from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
@@ -120,12 +130,16 @@ def run(server) -> None:
     settings.AUTOMEMORY_OPENAI_API_KEY = "bench"
     settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = CAP
     print(f"database: {connection.vendor}")
-    fixture = Fixture()
+    fixture = Fixture(all_matching=all_matching)
     clock = ModelClock()
     fixture.seed()
     bench_caps(fixture)
     settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 10_000
-    print(f"sweep overhead per task, model time excluded ({MEASURED_TASKS} tasks per sweep):")
+    share = "all" if all_matching else f"1 in {MATCHING_SHARE}"
+    print(
+        f"sweep overhead per task, model time excluded ({MEASURED_TASKS} tasks per sweep; "
+        f"{share} of the history's memories share the new memories' words):"
+    )
     for history in HISTORIES:
         fixture.grow_memories(history)
         ms, queries, calls = fixture.measure(clock)
@@ -155,7 +169,7 @@ def bench_caps(fixture) -> None:
 
 
 class Fixture:
-    def __init__(self):
+    def __init__(self, *, all_matching: bool = False):
         from django.contrib.auth import get_user_model
 
         from automemory.models import AutoMemorySettings
@@ -172,6 +186,7 @@ class Fixture:
         Membership.objects.create(project=self.project, user=self.user, role="owner")
         self.serial = 0
         self.memories = 0
+        self.all_matching = all_matching
 
     def completed_tasks(self, count, *, finished_ago=timedelta(hours=2)):
         from django.utils import timezone
@@ -203,6 +218,14 @@ class Fixture:
         self.completed_tasks(3)
         process_auto_memories()
 
+    def history_text(self, number: int) -> str:
+        """One memory in `MATCHING_SHARE` shares the pending tasks' words (all with
+        --all-matching); the others are about other subjects."""
+        if self.all_matching or number % MATCHING_SHARE == 0:
+            return f"Deploy note {number}: the staging flag and the deploy script."
+        topic = number % MATCHING_SHARE
+        return f"Note {number} on subject{topic}: widget{topic} gadget{topic} module{topic}."
+
     def grow_memories(self, total: int):
         """Active auto memories of the project up to `total`, each from its own old task."""
         from django.db import transaction
@@ -222,7 +245,7 @@ class Fixture:
                     IdentityMemory(
                         scope="project",
                         project=self.project,
-                        content=f"Deploy note {task.pk}: the staging flag and the deploy script.",
+                        content=self.history_text(task.pk),
                         source="auto",
                         source_task=task,
                         goal_key=goal_key(task),
