@@ -181,8 +181,11 @@ def test_a_failure_is_logged_and_the_task_runs_without_memories(
     assert not AuditEvent.objects.filter(action="worker_memory_injected").exists()
 
 
-def test_injection_costs_a_constant_number_of_queries(task, alice, project, enable_auto_memory):
-    enable_auto_memory(alice)
+@pytest.mark.parametrize("ranking", ["recent", "relevant"])
+def test_injection_costs_a_constant_number_of_queries(
+    task, alice, project, enable_auto_memory, ranking
+):
+    enable_auto_memory(alice, injection_ranking=ranking)
 
     def count():
         with CaptureQueriesContext(connection) as ctx:
@@ -192,8 +195,8 @@ def test_injection_costs_a_constant_number_of_queries(task, alice, project, enab
     memory(project=project)
     few = count()
     for i in range(30):
-        memory(project=project, content=f"m{i}")
-        memory(user=alice, content=f"u{i}")
+        memory(project=project, content=f"m{i} login bug")
+        memory(user=alice, content=f"u{i} fix the login")
     assert count() == few
 
 
