@@ -287,7 +287,9 @@ class MemoryOutput(serializers.ModelSerializer):
         read_only=True,
         help_text="A flagged auto memory no project owner approved yet: it is not injected.",
     )
-    approved_by = serializers.CharField(source="approved_by.username", read_only=True, default=None)
+    approved_by = serializers.CharField(
+        source="approved_by.username", read_only=True, default=None, allow_null=True
+    )
     injection_count = serializers.IntegerField(
         read_only=True, help_text="How many tasks the memory was injected into."
     )
