@@ -4,6 +4,7 @@ Views stay thin: they read with the API's selectors, validate with the API's ser
 write through the API's services, so a page and an endpoint can never disagree.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from automemory.models import Outcome, Reason
 from automemory.services.extractor import process_auto_memories
 from automemory.services.preferences import SETTINGS_FIELDS, settings_get, settings_update
 from controlplane.access import projects_visible_to
+from controlplane.api.throttling import UserThrottle
 
 T = TypeVar("T")
 
@@ -177,6 +179,26 @@ def log_page(request: HttpRequest) -> HttpResponse:
 RUN_SUMMARY_SESSION_KEY = "console_run_summary"
 
 
+class _RunThrottle(UserThrottle):
+    """The API's `run` rate, on the same per-user counter: the console is not a way around it."""
+
+    scope = "run"
+
+
+class _RunForceThrottle(UserThrottle):
+    """The API's `run_force` rate, on the same per-user counter."""
+
+    scope = "run_force"
+
+
+def _run_wait_seconds(request: HttpRequest, *, force: bool) -> int | None:
+    """Seconds until the user may run a sweep again (None: now), counting this request as the
+    API counts `POST /users/me/auto-memory/run`."""
+    throttles = [_RunThrottle(), *([_RunForceThrottle()] if force else [])]
+    waits = [throttle.wait() for throttle in throttles if not throttle.allow_request(request, None)]
+    return max((math.ceil(wait or 1) for wait in waits), default=None)
+
+
 def _summary_context(summary: dict) -> dict:
     skipped = [
         {"reason": reason, "label": Reason(reason).label, "count": count}
@@ -200,6 +222,23 @@ def run_now(request: HttpRequest) -> HttpResponse:
             {"base_template": "console/base.html", "problems": problems},
             status=400,
         )
+    wait = _run_wait_seconds(request, force=force)
+    if wait is not None:
+        kind = "forced sweeps" if force else "sweeps"
+        response = render(
+            request,
+            "console/run_result.html",
+            {
+                "base_template": "console/base.html",
+                "problems": [
+                    f"You have run too many {kind} lately (the same limit as the API's). "
+                    f"Try again in {wait} seconds; the worker's sweep keeps running meanwhile."
+                ],
+            },
+            status=429,
+        )
+        response["Retry-After"] = str(wait)
+        return response
     summary = process_auto_memories(user=request.user, force=force).as_dict()
     request.session[RUN_SUMMARY_SESSION_KEY] = dict(RunSummarySerializer(summary).data)
     return redirect("console:log")

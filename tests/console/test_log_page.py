@@ -184,3 +184,47 @@ def test_malformed_query_strings_never_fail(signed_in_client, alice, three_rows,
     assert response.status_code in (200, 400)
     if response.status_code == 400:
         assert "was not understood" in response.content.decode()
+
+
+@pytest.fixture
+def run_rates(settings):
+    """`run_rates(run="2/hour", run_force="1/hour")`: the API's run limits, for these tests."""
+
+    def set_rates(**changed):
+        settings.REST_FRAMEWORK = {
+            **settings.REST_FRAMEWORK,
+            "DEFAULT_THROTTLE_RATES": {
+                **settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"],
+                **changed,
+            },
+        }
+
+    return set_rates
+
+
+def test_run_now_counts_against_the_apis_run_limits(
+    signed_in_client, api_client_for, alice, run_rates
+):
+    run_rates(run="3/hour", run_force="1/hour")
+    client = signed_in_client(alice)
+    assert client.post("/console/run", {"force": "1"}).status_code == 302
+    refused = client.post("/console/run", {"force": "1"})
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert "too many forced sweeps" in refused.content.decode()
+    # The console and the API share the counters: one more plain run is left, then none.
+    api = api_client_for(alice)
+    assert api.post("/users/me/auto-memory/run", {}, format="json").status_code == 200
+    assert client.post("/console/run", {"force": "0"}).status_code == 429
+    assert api.post("/users/me/auto-memory/run", {}, format="json").status_code == 429
+
+
+def test_a_refused_run_is_shown_in_the_browser(signed_in_page, alice, run_rates):
+    run_rates(run_force="1/hour")
+    page = signed_in_page(alice, "/console/log")
+    force = page.get_by_role("button", name="Run now, skip the waiting gates")
+    force.click()
+    expect(page.locator("#run-result")).to_contain_text("Sweep summary (waiting gates skipped)")
+    page.get_by_role("button", name="Run now, skip the waiting gates").click()
+    expect(page.locator("#run-result")).to_contain_text("too many forced sweeps")
+    expect(page.get_by_role("alert")).to_contain_text("Try again in")
