@@ -17,7 +17,7 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views import defaults
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied, Throttled
 
 from automemory import selectors
 from automemory.api.serializers import (
@@ -31,7 +31,7 @@ from automemory.models import Outcome, Reason
 from automemory.services.extractor import process_auto_memories
 from automemory.services.preferences import SETTINGS_FIELDS, settings_get, settings_update
 from controlplane.access import projects_visible_to
-from controlplane.api.throttling import UserThrottle
+from controlplane.api.throttling import FailedAuthThrottle, UserThrottle
 
 T = TypeVar("T")
 
@@ -50,10 +50,32 @@ def access_get(getter: Callable[..., T], **kwargs: Any) -> T:
 
 
 class SignInView(auth_views.LoginView):
-    """Sign in with the Django user's password (session auth, CSRF-protected form)."""
+    """Sign in with the Django user's password (session auth, CSRF-protected form).
+
+    Failed sign-ins count against the client address on the API's `failed_auth` counter (bad
+    tokens count there too): over the rate, the address gets 429 without a password check.
+    """
 
     template_name = "console/sign_in.html"
     redirect_authenticated_user = True
+
+    def post(self, request, *args, **kwargs):
+        try:
+            FailedAuthThrottle().check(request)
+        except Throttled as refused:
+            wait = math.ceil(refused.wait or 1)
+            context = self.get_context_data(
+                form=self.form_class(request),
+                refused=f"Too many failed sign-ins from your address. Try again in {wait} seconds.",
+            )
+            response = self.render_to_response(context, status=429)
+            response["Retry-After"] = str(wait)
+            return response
+        return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form):
+        FailedAuthThrottle().record(self.request)
+        return super().form_invalid(form)
 
 
 class SignOutView(auth_views.LogoutView):

@@ -143,3 +143,29 @@ def test_a_viewers_forbidden_action_gets_the_console_403(
     assert response.status_code == 403
     html = response.content.decode()
     assert "Not allowed" in html and "viewer" in html
+
+
+def test_failed_sign_ins_are_limited_per_address(client, alice, settings):
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {
+            **settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"],
+            "failed_auth": "3/min",
+        },
+    }
+    for _ in range(3):
+        response = client.post("/console/sign-in", {"username": "alice", "password": "guess"})
+        assert response.status_code == 200
+    # Over the rate even the right password is refused, so guessing learns nothing.
+    refused = client.post("/console/sign-in", {"username": "alice", "password": "pw-alice"})
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert "Too many failed sign-ins" in refused.content.decode()
+    assert "_auth_user_id" not in client.session
+    # Another address is not affected.
+    other = client.post(
+        "/console/sign-in",
+        {"username": "alice", "password": "pw-alice"},
+        REMOTE_ADDR="192.0.2.7",
+    )
+    assert other.status_code == 302
