@@ -15,6 +15,8 @@ import re
 import secrets
 from typing import Any
 
+from django.contrib.auth import get_user_model
+
 from automemory import conf
 from automemory.services.content import MemoryDraft, NoDurableSignal, result_without_injected
 from automemory.services.llm import SweepModelCalls, model_json_call
@@ -155,7 +157,8 @@ def model_memory_draft(task: Task, *, model: str, calls: SweepModelCalls | None)
     """
     system, user = extraction_messages(task)
     answer = model_json_call(
-        user=task.user,
+        # Only the user's id is read: no query for the user row.
+        user=get_user_model()(pk=task.user_id),
         task=task,
         kind=UsageKind.MEMORY_EXTRACTION,
         model=model,
