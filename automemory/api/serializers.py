@@ -189,18 +189,54 @@ class SkipCountsSerializer(serializers.Serializer):
     quota_low = serializers.IntegerField()
     quota_check_failed = serializers.IntegerField()
     private_content = serializers.IntegerField()
+    already_known = serializers.IntegerField(
+        help_text="Consolidation found the task's knowledge already in a memory."
+    )
+    no_durable_signal = serializers.IntegerField(
+        help_text="Nothing durable to remember: the extraction model's judgement, or a result "
+        "that adds nothing to the goal."
+    )
+    model_unavailable = serializers.IntegerField(
+        help_text="The memory model did not answer (timeout, connection, 429, 5xx): retried "
+        "later with a back-off."
+    )
+    memory_budget_exhausted = serializers.IntegerField(
+        help_text="The monthly memory budget is used up: retried next month."
+    )
+
+
+class ExtractionCountsSerializer(serializers.Serializer):
+    new = serializers.IntegerField()
+    superseded = serializers.IntegerField()
+    superseded_on_write = serializers.IntegerField(
+        help_text="Written, and superseded at once by the active memory of a task of the "
+        "same goal that finished later."
+    )
+    merged = serializers.IntegerField(help_text="Merged into an existing memory.")
 
 
 class RunSummarySerializer(serializers.Serializer):
     scanned = serializers.IntegerField()
-    extracted = serializers.IntegerField()
-    superseded = serializers.IntegerField()
+    extracted = serializers.IntegerField(
+        help_text="Tasks logged extracted by this run (the sum of `extractions`)."
+    )
+    extractions = ExtractionCountsSerializer(help_text="The extracted tasks by log reason.")
+    superseded = serializers.IntegerField(
+        help_text="Memories this run made superseded: older ones replaced, new ones "
+        "superseded as soon as written, and those a consolidation replaced."
+    )
     retracted = serializers.IntegerField(
         help_text="Memories withdrawn because their task saw external context after they "
         "were written."
     )
     skipped = SkipCountsSerializer()
     errors = serializers.IntegerField()
+    model_calls = serializers.IntegerField(
+        help_text="Model calls this run made (extraction and consolidation, repairs included)."
+    )
+    deferred = serializers.IntegerField(
+        help_text="Tasks left untouched for the next run: the run's model call cap was reached."
+    )
     forced = serializers.BooleanField()
 
 

@@ -56,7 +56,27 @@ from automemory.models import (
     SweepState,
     TaskAutoMemoryFlags,
 )
-from automemory.services.content import goal_key, render_memory_content
+from automemory.services.consolidation import (
+    Action,
+    Decision,
+    WriteResult,
+    memory_consolidation_decide,
+    memory_decision_apply,
+)
+from automemory.services.content import (
+    MemoryDraft,
+    NoDurableSignal,
+    goal_key,
+    render_memory_content,
+)
+from automemory.services.llm import (
+    MemoryBudgetExhausted,
+    ModelCallCapReached,
+    ModelOutputInvalid,
+    ModelUnavailable,
+    SweepModelCalls,
+)
+from automemory.services.model_extraction import model_memory_draft
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import (
     PrivateTexts,
@@ -67,8 +87,8 @@ from automemory.services.provenance import (
 from automemory.services.redactor import redact
 from controlplane.models import (
     IdentityMemory,
-    MemoryScope,
     MemorySource,
+    MemorySourceTask,
     MemoryStatus,
     Task,
     TaskEvent,
@@ -100,15 +120,35 @@ SKIP_REASONS = (
     Reason.QUOTA_LOW,
     Reason.QUOTA_CHECK_FAILED,
     Reason.PRIVATE_CONTENT,
+    Reason.ALREADY_KNOWN,
+    Reason.NO_DURABLE_SIGNAL,
+    Reason.MODEL_UNAVAILABLE,
+    Reason.MEMORY_BUDGET_EXHAUSTED,
+)
+# How an extraction went into the memories, each counted (0 included) in `extractions`;
+# their sum is `extracted`, and the log's reason of each extracted task is one of them.
+EXTRACTION_REASONS = (
+    Reason.NEW,
+    Reason.SUPERSEDED,
+    Reason.SUPERSEDED_ON_WRITE,
+    Reason.MERGED,
 )
 
 
 @dataclass
 class SweepSummary:
-    """What one sweep did: tasks examined, memories written, superseded and retracted, skips."""
+    """What one sweep did: tasks examined, memories written, superseded and retracted, skips.
+
+    `extracted` counts the tasks logged `extracted` by this sweep, `extractions` the same
+    tasks by log reason; `superseded` counts memories this sweep made superseded (an older
+    one replaced, one superseded as soon as it was written, those a consolidation replaced).
+    """
 
     scanned: int = 0
     extracted: int = 0
+    extractions: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys((reason.value for reason in EXTRACTION_REASONS), 0)
+    )
     superseded: int = 0
     retracted: int = 0
     skipped: dict[str, int] = field(
@@ -116,15 +156,22 @@ class SweepSummary:
     )
     errors: int = 0
     forced: bool = False
+    # Model calls made (extraction and consolidation, repairs included), and the tasks left
+    # untouched for the next sweep because the per-sweep call cap was reached.
+    model_calls: int = 0
+    deferred: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "scanned": self.scanned,
             "extracted": self.extracted,
+            "extractions": dict(self.extractions),
             "superseded": self.superseded,
             "retracted": self.retracted,
             "skipped": dict(self.skipped),
             "errors": self.errors,
+            "model_calls": self.model_calls,
+            "deferred": self.deferred,
             "forced": self.forced,
         }
 
@@ -136,6 +183,8 @@ class _Verdict:
     detail: str = ""
     memory_id: int | None = None
     retry_after: datetime | None = None
+    # Another sweep wrote the memory: its log row stands, this sweep's is not written.
+    written_elsewhere: bool = False
 
 
 def process_auto_memories(
@@ -153,14 +202,15 @@ def process_auto_memories(
         tasks, advance_cursor = _global_candidates(now=now, force=force, limit=batch_size)
     else:
         tasks, advance_cursor = _user_candidates(user=user, force=force, limit=batch_size * 2)
+    deferred: list[Task] = []
     if tasks:
-        _process_batch(tasks, now=now, force=force, summary=summary)
-    advance_cursor()
+        deferred = _process_batch(tasks, now=now, force=force, summary=summary)
+    advance_cursor(hold=_cursor_hold(deferred))
     metrics.sweep_observe(summary=summary, scope="all" if user is None else "user")
     if summary.scanned:
         logger.info(
             "auto memory sweep%s: scanned %d, extracted %d, superseded %d, retracted %d, "
-            "skipped %s, errors %d",
+            "skipped %s, errors %d, model calls %d, left for the next sweep %d",
             f" for user {user.pk}" if user is not None else "",
             summary.scanned,
             summary.extracted,
@@ -168,8 +218,20 @@ def process_auto_memories(
             summary.retracted,
             {k: v for k, v in summary.skipped.items() if v},
             summary.errors,
+            summary.model_calls,
+            summary.deferred,
         )
     return summary
+
+
+def _cursor_hold(deferred: list[Task]) -> tuple[datetime, int] | None:
+    """The point the sweep's cursor may not pass: just before the first task of the fresh
+    read that was left for the next sweep (the model call cap), so the next read sees it."""
+    changed = [task for task in deferred if getattr(task, "read_as_changed", False)]
+    if not changed:
+        return None
+    first = min(changed, key=lambda task: (task.updated_at, task.pk))
+    return first.updated_at, first.pk - 1
 
 
 # --- Candidate selection ---------------------------------------------------------------------
@@ -255,6 +317,8 @@ def _fresh(
         )
     points = list(changed.order_by("updated_at", "id").values_list("updated_at", "id")[:limit])
     fresh = _examine([task_id for _, task_id in points], changed=True)
+    for task in fresh:
+        task.read_as_changed = True
     return fresh, points[-1] if len(points) >= limit else None
 
 
@@ -292,14 +356,18 @@ def _cursor_advancer(name: str, *, read_at: datetime, stopped_at: tuple[datetime
     cursor), or, when it stopped at its limit, up to `stopped_at`. The cursor moves over both
     kinds, so it keeps up with the clock even when nothing is returned, and the next read
     starts where work may be. It never passes `read_at - margin`: a transaction that commits
-    late with an older `updated_at` is still read next round.
+    late with an older `updated_at` is still read next round, nor `hold` (tasks of the fresh
+    read left for the next sweep).
     """
 
-    def advance_cursor() -> None:
+    def advance_cursor(hold: tuple[datetime, int] | None = None) -> None:
         wall = timezone.now()
         point = (read_at - CURSOR_SAFETY_MARGIN, 0)
         if stopped_at is not None:
             point = min(point, stopped_at)
+        if hold is not None:
+            # Tasks left for the next sweep (the model call cap) are read again.
+            point = min(point, hold)
         updated_at, task_id = point
         if name != GLOBAL_SWEEP:
             # One statement whether the user's row exists or not. Two sweeps of one user at
@@ -398,7 +466,11 @@ def _global_candidates(*, now: datetime, force: bool, limit: int):
 # --- Gates -----------------------------------------------------------------------------------
 
 
-def _process_batch(batch: list[Task], *, now: datetime, force: bool, summary: SweepSummary):
+def _process_batch(
+    batch: list[Task], *, now: datetime, force: bool, summary: SweepSummary
+) -> list[Task]:
+    """Take `batch` through the gates and extraction; log each task. Returns the tasks left
+    untouched (no log row written) because the sweep's model call cap was reached."""
     task_ids = [task.pk for task in batch]
     user_ids = {task.user_id for task in batch}
     settings_by_user = {
@@ -474,8 +546,19 @@ def _process_batch(batch: list[Task], *, now: datetime, force: bool, summary: Sw
                 )
             else:
                 extractable.append(task)
-        _extract_all(extractable, verdicts=verdicts, summary=summary)
+        calls = SweepModelCalls()
+        _extract_all(
+            extractable,
+            verdicts=verdicts,
+            summary=summary,
+            settings_by_user=settings_by_user,
+            calls=calls,
+        )
+        summary.model_calls += calls.used
 
+    deferred = [task for task in tasks if task.pk not in verdicts]
+    tasks = [task for task in tasks if task.pk in verdicts]
+    summary.deferred += len(deferred)
     _write_logs(tasks, verdicts=verdicts, logs_by_task=logs_by_task, now=now, force=force)
     summary.scanned += len(tasks)
     for verdict in verdicts.values():
@@ -484,7 +567,10 @@ def _process_batch(batch: list[Task], *, now: datetime, force: bool, summary: Sw
             summary.skipped[reason] = summary.skipped.get(reason, 0) + 1
         elif verdict.outcome == Outcome.ERROR:
             summary.errors += 1
-    metrics.extractions_observe(verdicts=[(v.outcome, v.reason) for v in verdicts.values()])
+    metrics.extractions_observe(
+        verdicts=[(v.outcome, v.reason) for v in verdicts.values() if not v.written_elsewhere]
+    )
+    return deferred
 
 
 def _early_gates(
@@ -626,29 +712,76 @@ def _quota_statuses(user_ids: set[int], *, now: datetime) -> dict[int, Any]:
 
 
 class _AlreadyExtracted(Exception):
-    """Another sweep wrote this task's memory first."""
+    """Another sweep wrote this task's memory first (or merged the task into a memory)."""
+
+    def __init__(self, *, memory_id: int | None, reason: str):
+        super().__init__(f"already extracted into memory {memory_id}")
+        self.memory_id = memory_id
+        self.reason = reason
 
 
 class _PrivateContent(Exception):
     """The memory would hold a user-level memory's text (the message never quotes it)."""
 
 
-def _extract_all(tasks: list[Task], *, verdicts: dict[int, _Verdict], summary: SweepSummary):
+def _extract_all(
+    tasks: list[Task],
+    *,
+    verdicts: dict[int, _Verdict],
+    summary: SweepSummary,
+    settings_by_user: dict[int, AutoMemorySettings] | None = None,
+    calls: SweepModelCalls | None = None,
+):
+    """Write each task's memory, or say in `verdicts` why not.
+
+    A task whose model call would pass the sweep's cap gets no verdict: it is left, untouched
+    and unlogged, for the next sweep.
+    """
     private_by_task = private_texts_for(tasks)
+    settings_by_user = settings_by_user or {}
+    calls = calls if calls is not None else SweepModelCalls()
     for task in tasks:
         private = private_by_task.get(task.pk) or PrivateTexts()
+        prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(user_id=task.user_id)
         try:
-            memory, superseded_count, replaced_older = _extract_one(task, private=private)
+            _check_verifiable(private)
+            draft = _memory_draft(task, prefs=prefs, calls=calls)
+            written = _extract_one(task, private=private, draft=draft, prefs=prefs, calls=calls)
+        except ModelCallCapReached:
+            continue
+        except NoDurableSignal as exc:
+            detail = injected_text_removed(str(exc), fingerprints=private.fingerprints)[:1000]
+            verdicts[task.pk] = _Verdict(Outcome.SKIPPED, Reason.NO_DURABLE_SIGNAL, detail)
+            continue
+        except ModelUnavailable as exc:
+            logger.warning("auto memory: task %s waits, memory model unavailable: %s", task.pk, exc)
+            verdicts[task.pk] = _Verdict(Outcome.SKIPPED, Reason.MODEL_UNAVAILABLE, str(exc))
+            continue
+        except MemoryBudgetExhausted as exc:
+            verdicts[task.pk] = _Verdict(
+                Outcome.SKIPPED,
+                Reason.MEMORY_BUDGET_EXHAUSTED,
+                str(exc),
+                retry_after=exc.retry_after,
+            )
+            continue
+        except ModelOutputInvalid as exc:
+            logger.warning("auto memory: task %s: %s", task.pk, exc)
+            verdicts[task.pk] = _Verdict(
+                Outcome.ERROR,
+                Reason.MODEL_OUTPUT_INVALID,
+                f"the model's answer ({exc.raw_chars} characters) did not match the schema, "
+                "also after one repair retry",
+            )
+            continue
         except _PrivateContent as exc:
             verdicts[task.pk] = _Verdict(Outcome.SKIPPED, Reason.PRIVATE_CONTENT, str(exc))
             continue
-        except _AlreadyExtracted:
-            existing = (
-                IdentityMemory.objects.filter(source=MemorySource.AUTO, source_task_id=task.pk)
-                .values_list("pk", flat=True)
-                .first()
+        except _AlreadyExtracted as exc:
+            # Another sweep wrote (or merged) this task's memory first; its log row says how.
+            verdicts[task.pk] = _Verdict(
+                Outcome.EXTRACTED, exc.reason, "", exc.memory_id, written_elsewhere=True
             )
-            verdicts[task.pk] = _Verdict(Outcome.EXTRACTED, Reason.NEW, "", existing)
             continue
         except Exception as exc:
             logger.exception("auto memory: extracting task %s failed", task.pk)
@@ -656,31 +789,90 @@ def _extract_all(tasks: list[Task], *, verdicts: dict[int, _Verdict], summary: S
             detail = injected_text_removed(detail, fingerprints=private.fingerprints)[:1000]
             verdicts[task.pk] = _Verdict(Outcome.ERROR, Reason.ERROR, detail)
             continue
-        summary.extracted += 1
-        summary.superseded += superseded_count
-        reason = Reason.SUPERSEDED if replaced_older else Reason.NEW
-        verdicts[task.pk] = _Verdict(Outcome.EXTRACTED, reason, "", memory.pk)
+        if written.outcome == Outcome.EXTRACTED:
+            summary.extracted += 1
+            summary.extractions[str(written.reason)] += 1
+            summary.superseded += written.superseded_count
+        detail = "; ".join(part for part in (draft.note, written.detail) if part)
+        verdicts[task.pk] = _Verdict(written.outcome, written.reason, detail, written.memory_id)
 
 
-def _extract_one(
-    task: Task, attempts: int = 3, *, private: PrivateTexts | None = None
-) -> tuple[IdentityMemory, int, bool]:
-    """Write the task's memory and settle which memory of its goal stays active.
+def _memory_draft(
+    task: Task, *, prefs: AutoMemorySettings, calls: SweepModelCalls | None
+) -> MemoryDraft:
+    """The content step: the memory text (and keywords) for `task`.
 
-    Returns the memory, how many memories became superseded, and whether it replaced an
-    older active one. Raises `_PrivateContent` instead of writing a memory that would hold
-    the text of one of the `private` (user-level) memories, whatever the content strategy.
-    Races with other sweeps end
-    in an IntegrityError from one of the two unique constraints: losing the one-per-task
-    race means the work is done; losing the one-active-per-goal race means try again.
+    With the user's `extract_model`, the model's (`model_memory_draft`); its failures are
+    raised, unless `fallback_to_deterministic` turns an unavailable model or a spent budget
+    into the deterministic text, which the log detail then says. Without a model, the
+    configured deterministic strategy. Raises `NoDurableSignal` when there is nothing to
+    remember.
     """
-    private = private or PrivateTexts()
+    model = (prefs.extract_model or "").strip()
+    if model:
+        try:
+            return model_memory_draft(task, model=model, calls=calls)
+        except (ModelUnavailable, MemoryBudgetExhausted) as exc:
+            if not prefs.fallback_to_deterministic:
+                raise
+            reason = (
+                Reason.MEMORY_BUDGET_EXHAUSTED
+                if isinstance(exc, MemoryBudgetExhausted)
+                else Reason.MODEL_UNAVAILABLE
+            )
+            logger.warning(
+                "auto memory: task %s gets the deterministic text (%s: %s)", task.pk, reason, exc
+            )
+            note = f"deterministic text written ({reason}: {exc})"
+            return MemoryDraft(_deterministic_content(task), note=note)
+    return MemoryDraft(_deterministic_content(task))
+
+
+def _deterministic_content(task: Task) -> str:
+    content = render_memory_content(task)
+    if not content.strip():
+        raise NoDurableSignal("the result adds nothing to the goal")
+    return content
+
+
+def _check_verifiable(private: PrivateTexts) -> None:
+    """Raise `_PrivateContent` when the task received memories whose text cannot be checked."""
     if private.unverifiable:
         raise _PrivateContent(
             f"{private.unverifiable} of the memories injected into the task are gone and "
             "their text cannot be checked"
         )
-    content = render_memory_content(task)
+
+
+def _extract_one(
+    task: Task,
+    attempts: int = 3,
+    *,
+    private: PrivateTexts | None = None,
+    draft: MemoryDraft | None = None,
+    prefs: AutoMemorySettings | None = None,
+    calls: SweepModelCalls | None = None,
+) -> WriteResult:
+    """Write the task's memory and settle which memory of its goal stays active.
+
+    Returns what was written (the log's outcome, reason, memory and detail, and how many
+    memories became superseded). Raises `_PrivateContent` instead of writing a memory that
+    would hold the text of one of the `private` (user-level) memories, whatever the content
+    strategy. Races with other sweeps end in an IntegrityError from one of the unique
+    constraints: losing the one-memory-per-task race (`memory_one_auto_per_task`, or the
+    task's provenance link) means the work is done; losing the one-active-per-goal race
+    means try again.
+
+    `draft` is the content step's answer (`_memory_draft`: text and keywords, passed on to
+    `_write_memory`); None: the deterministic text. With the user's `consolidation_model`
+    (`prefs`), the model decides how the memory joins the project's similar ones first
+    (`_consolidation_decision`, outside any transaction), and its failures are raised like
+    the content step's.
+    """
+    private = private or PrivateTexts()
+    _check_verifiable(private)
+    draft = draft or MemoryDraft(_deterministic_content(task))
+    content, keywords = draft.content, list(draft.keywords)
     leaked = matching_fingerprints(content, fingerprints=private.fingerprints)
     if leaked:
         count = len({fingerprint.memory_id or id(fingerprint) for fingerprint in leaked})
@@ -689,68 +881,75 @@ def _extract_one(
             f"{'memory' if count == 1 else 'memories'}"
         )
     key = goal_key(task)
+    decision = _consolidation_decision(
+        task, content=content, prefs=prefs, calls=calls, private=private
+    )
     for attempt in range(attempts):
         try:
             with transaction.atomic():
-                return _write_memory(task, content=content, key=key)
+                return _write_memory(
+                    task, content=content, keywords=keywords, key=key, decision=decision
+                )
         except IntegrityError:
-            if IdentityMemory.objects.filter(
-                source=MemorySource.AUTO, source_task_id=task.pk
-            ).exists():
-                raise _AlreadyExtracted from None
+            link = (
+                MemorySourceTask.objects.filter(task_id=task.pk)
+                .values_list("memory_id", "merged")
+                .first()
+            )
+            if link is not None:
+                raise _AlreadyExtracted(
+                    memory_id=link[0], reason=Reason.MERGED if link[1] else Reason.NEW
+                ) from None
+            memory_id = (
+                IdentityMemory.objects.filter(source=MemorySource.AUTO, source_task_id=task.pk)
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if memory_id is not None:
+                raise _AlreadyExtracted(memory_id=memory_id, reason=Reason.NEW) from None
             if attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
 
 
-def _write_memory(task: Task, *, content: str, key: str) -> tuple[IdentityMemory, int, bool]:
-    current = (
-        IdentityMemory.objects.select_for_update()
-        .filter(
-            project_id=task.project_id,
-            goal_key=key,
-            source=MemorySource.AUTO,
-            status=MemoryStatus.ACTIVE,
-        )
-        .first()
-    )
-    memory = IdentityMemory(
-        scope=MemoryScope.PROJECT,
-        project_id=task.project_id,
-        content=content,
-        source=MemorySource.AUTO,
-        source_task_id=task.pk,
-        goal_key=key,
-        source_finished_at=task.finished_at,
-        created_by_id=task.user_id,
-    )
-    if current is not None and _finished_later(current, task):
-        # The active memory's task finished later: this one is history from the start.
-        memory.status = MemoryStatus.SUPERSEDED
-        memory.superseded_by = current
-        memory.save()
-        return memory, 1, False
-    if current is not None:
-        # Retire the older memory before inserting, so the partial unique index holds.
-        IdentityMemory.objects.filter(pk=current.pk).update(
-            status=MemoryStatus.SUPERSEDED, updated_at=timezone.now()
-        )
-    memory.save()
-    if current is not None:
-        IdentityMemory.objects.filter(pk=current.pk).update(superseded_by=memory)
-        return memory, 1, True
-    return memory, 0, False
+def _consolidation_decision(
+    task: Task,
+    *,
+    content: str,
+    prefs: AutoMemorySettings | None,
+    calls: SweepModelCalls | None,
+    private: PrivateTexts,
+) -> Decision | None:
+    """How the new memory joins the project's memories, by the user's `consolidation_model`.
+
+    None (the same-goal rule alone) without a model. With one, `memory_consolidation_decide`
+    (no call when the project has no similar active memory). An unavailable model or a spent
+    budget is raised (the task waits), unless `fallback_to_deterministic` is on: then the
+    memory is added under the same-goal rule. A merged text that would hold a user-level
+    memory's text raises `_PrivateContent`, like any memory text.
+    """
+    model = ((prefs.consolidation_model if prefs is not None else None) or "").strip()
+    if not model:
+        return None
+    try:
+        decision = memory_consolidation_decide(task=task, content=content, model=model, calls=calls)
+    except (ModelUnavailable, MemoryBudgetExhausted) as exc:
+        if not prefs.fallback_to_deterministic:
+            raise
+        logger.warning("auto memory: task %s added without consolidation (%s)", task.pk, exc)
+        return Decision(Action.ADD, reason=f"consolidation skipped: {exc}")
+    if decision.text and matching_fingerprints(decision.text, fingerprints=private.fingerprints):
+        raise _PrivateContent("the merged memory would hold the text of a user-level memory")
+    return decision
 
 
-def _finished_later(memory: IdentityMemory, task: Task) -> bool:
-    """True when the memory's source task finished after `task` (ties: the higher task id)."""
-    theirs = memory.source_finished_at
-    mine = task.finished_at
-    if theirs is None or mine is None:
-        return theirs is not None and mine is None
-    if theirs != mine:
-        return theirs > mine
-    return (memory.source_task_id or 0) > task.pk
+def _write_memory(
+    task: Task, *, content: str, keywords: list[str], key: str, decision: Decision | None
+) -> WriteResult:
+    """Apply `decision` (None: the same-goal rule alone) in the caller's transaction."""
+    return memory_decision_apply(
+        task=task, content=content, keywords=keywords, key=key, decision=decision
+    )
 
 
 # --- Retraction --------------------------------------------------------------------------------
@@ -786,6 +985,9 @@ def _retract(task: Task, *, seen: str, now: datetime, force: bool) -> bool:
         if memory.status == MemoryStatus.ACTIVE:
             restored_id = _restore_displaced(memory)
     detail = f"{seen}; retracted memory {memory.pk}" if memory else f"{seen}; memory was deleted"
+    if memory is None and log.reason == Reason.MERGED and log.memory_id is not None:
+        # Merged text cannot be split: the memory stays, the task is out of later sweeps.
+        detail = f"{seen}; merged into memory {log.memory_id}, which is kept"
     AutoMemoryLog.objects.filter(pk=log.pk).update(
         outcome=Outcome.SKIPPED,
         reason=Reason.EXTERNAL_CONTEXT,
@@ -849,6 +1051,8 @@ def _log_row(
     retry_after = verdict.retry_after
     if verdict.outcome == Outcome.ERROR:
         retry_after = now + ERROR_BACKOFF_BASE * min(2 ** (attempts - 1), 60)
+    elif verdict.reason == Reason.MODEL_UNAVAILABLE and retry_after is None:
+        retry_after = now + _model_unavailable_backoff(previous)
     return AutoMemoryLog(
         task_id=task.pk,
         user_id=task.user_id,
@@ -863,6 +1067,21 @@ def _log_row(
         first_attempt_at=previous.first_attempt_at if previous else now,
         last_attempt_at=now,
     )
+
+
+def _model_unavailable_backoff(previous: AutoMemoryLog | None) -> timedelta:
+    """How long a task waits after `model_unavailable`: the base wait, doubled each time in
+    a row the model was away, at most the maximum."""
+    base = timedelta(seconds=conf.get("MODEL_UNAVAILABLE_RETRY_SECONDS"))
+    ceiling = timedelta(seconds=conf.get("MODEL_UNAVAILABLE_RETRY_MAX_SECONDS"))
+    wait = base
+    if (
+        previous is not None
+        and previous.reason == Reason.MODEL_UNAVAILABLE
+        and previous.retry_after is not None
+    ):
+        wait = max(base, (previous.retry_after - previous.last_attempt_at) * 2)
+    return min(wait, ceiling)
 
 
 _LOG_UPDATE_FIELDS = [
@@ -880,6 +1099,8 @@ _LOG_UPDATE_FIELDS = [
 
 def _write_logs(tasks, *, verdicts, logs_by_task, now, force) -> None:
     """One upsert for the whole batch: one row per task, overwritten by each attempt."""
+    # A task another sweep extracted meanwhile keeps that sweep's row (its reason).
+    tasks = [task for task in tasks if not verdicts[task.pk].written_elsewhere]
     rows = [_log_row(t, verdicts[t.pk], logs_by_task.get(t.pk), now, force) for t in tasks]
     # A skip or error must not overwrite an `extracted` row another sweep wrote meanwhile.
     not_extracted_here = [row.task_id for row in rows if row.outcome != Outcome.EXTRACTED]
