@@ -72,11 +72,17 @@ class ModelCallCapReached(Exception):
 
 
 class SweepModelCalls:
-    """The per-sweep cap on model calls: `take()` claims one call, False once `limit` are used."""
+    """The per-sweep cap on model calls: `take()` claims one call, False once `limit` are used.
+
+    It also remembers, by model name, why a model was unavailable earlier in the sweep: the
+    client does not call that model again in the same sweep (`unavailable`), so a model that
+    hangs costs the sweep one timeout, not one per task.
+    """
 
     def __init__(self, limit: int | None = None):
         self.limit = conf.get("MODEL_CALLS_PER_SWEEP") if limit is None else limit
         self.used = 0
+        self.unavailable: dict[str, str] = {}
 
     def take(self) -> bool:
         if self.used >= self.limit:
@@ -252,10 +258,32 @@ def model_json_call(
 
 
 def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _Answer:
+    if calls is not None and model in calls.unavailable:
+        raise ModelUnavailable(f"{calls.unavailable[model]} (earlier in this sweep; not retried)")
     if calls is not None and not calls.take():
         raise ModelCallCapReached(f"this sweep's {calls.limit} model calls are used")
     try:
-        response = model_client().chat.completions.create(
+        response = _request(model=model, messages=messages, schema_name=schema_name, schema=schema)
+    except ModelUnavailable as exc:
+        if calls is not None:
+            calls.unavailable[model] = str(exc)
+        raise
+    _record_usage(user=user, task=task, kind=kind, model=model, response=response)
+    raw = _answer_text(response)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return _Answer(raw, "is not valid JSON", None)
+    problem = schema_problem(data, schema)
+    if problem is not None:
+        return _Answer(raw, f"does not match the schema ({problem})", None)
+    return _Answer(raw, None, data)
+
+
+def _request(*, model, messages, schema_name, schema):
+    """One Chat Completions request (with the SDK's bounded retries); failures translated."""
+    try:
+        return model_client().chat.completions.create(
             model=model,
             messages=messages,
             response_format={
@@ -275,16 +303,6 @@ def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _
         raise ModelUnavailable(f"the model server answered HTTP {exc.status_code}") from exc
     except openai.OpenAIError as exc:
         raise ModelUnavailable(f"the model call failed ({type(exc).__name__})") from exc
-    _record_usage(user=user, task=task, kind=kind, model=model, response=response)
-    raw = _answer_text(response)
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return _Answer(raw, "is not valid JSON", None)
-    problem = schema_problem(data, schema)
-    if problem is not None:
-        return _Answer(raw, f"does not match the schema ({problem})", None)
-    return _Answer(raw, None, data)
 
 
 def _answer_text(response) -> str:

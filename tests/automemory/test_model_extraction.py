@@ -645,3 +645,27 @@ def test_the_sdk_environment_is_used_without_settings(fake_openai, alice, settin
     fake_openai.respond_with(answer({"n": 1, "ids": []}))
     _call(alice)
     assert fake_openai.completion_requests[0].headers["authorization"] == "Bearer env-key"
+
+
+def test_a_hanging_model_costs_one_timeout_per_sweep_not_one_per_task(
+    fake_openai, modelled, task_factory, project, alice, settings
+):
+    settings.AUTOMEMORY_MODEL_TIMEOUT_SECONDS = 0.5
+    tasks = [task_factory(project, alice, prompt=f"Task {n}", completed=True) for n in range(4)]
+    fake_openai.respond_with(hang(30))
+
+    started = time.monotonic()
+    summary = process_auto_memories()
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 5
+    assert len(fake_openai.completion_requests) == 1
+    assert summary.skipped["model_unavailable"] == 4 and summary.model_calls == 1
+    details = [log_of(t).detail for t in tasks]
+    assert details[0] == "the model did not answer in time"
+    assert all("earlier in this sweep" in detail for detail in details[1:])
+
+    # The next sweep (after the back-off) asks the model again.
+    fake_openai.respond_with(answer(GOOD))
+    process_auto_memories(now=timezone.now() + timedelta(minutes=5))
+    assert all(log_of(t).reason == "new" for t in tasks)
