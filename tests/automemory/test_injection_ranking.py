@@ -349,3 +349,38 @@ def test_the_search_survives_a_sqlite_table_rebuild(project):
         selectors.memories_matching(text="boat", scope="project", project_id=project.pk, limit=5)
         == []
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_over_http_and_the_worker_a_deploy_task_gets_the_old_deploy_memory(
+    api_client_for, alice, project
+):
+    client = api_client_for(alice)
+    settings = {"use_memories": True, "injection_ranking": "relevant", "injection_max_chars": 800}
+    response = client.patch("/users/me/auto-memory-settings", settings, format="json")
+    assert response.status_code == 200, response.content
+    memories = f"/projects/{project.pk}/memories"
+    with freeze_time(timezone.now() - timedelta(days=120)):
+        deploy = client.post(memories, {"content": DEPLOY}, format="json").json()
+    for days, text in enumerate(FILLER):
+        with freeze_time(timezone.now() - timedelta(days=days + 1)):
+            assert client.post(memories, {"content": text}, format="json").status_code == 201
+    created = client.post(
+        f"/projects/{project.pk}/tasks",
+        {"prompt": "Ship the hotfix: deploy it to production"},
+        format="json",
+    ).json()
+
+    call_command("run_worker", "--once", "--executor", "echo", "--worker-id", "rank")
+
+    detail = client.get(f"/tasks/{created['id']}").json()
+    assert detail["status"] == "completed"
+    assert detail["injected_memory_ids"][0] == deploy["id"]
+    assert DEPLOY in detail["result_text"]  # the echo executor returns what it was given
+    block = detail["result_text"].split("\n\nShip the hotfix")[0]
+    assert len(block) <= 800
+    event = AuditEvent.objects.get(action="worker_memory_injected")
+    assert event.data["memory_ids"] == detail["injected_memory_ids"]
+    assert set(event.data["left_out_for_budget"]).isdisjoint(detail["injected_memory_ids"])
+    stored = IdentityMemory.objects.get(pk=deploy["id"])
+    assert stored.injection_count == 1 and stored.last_injected_at is not None
