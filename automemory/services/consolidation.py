@@ -62,6 +62,18 @@ DECISION_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+
+def decision_schema(candidate_ids: Sequence[int]) -> dict[str, Any]:
+    """`DECISION_SCHEMA` with the ids limited to `candidate_ids` (an enum): a server with
+    strict structured output cannot answer other ids, and the client's repair retry
+    covers one that does."""
+    ids = sorted(set(candidate_ids))
+    properties = dict(DECISION_SCHEMA["properties"])
+    properties["memory_id"] = {"type": ["integer", "null"], "enum": [*ids, None]}
+    properties["memory_ids"] = {"type": "array", "items": {"type": "integer", "enum": ids}}
+    return {**DECISION_SCHEMA, "properties": properties}
+
+
 SYSTEM_PROMPT = """\
 You keep a software project's memory: short, durable notes (conventions, commands, \
 pitfalls, decisions) that later coding tasks of the project are given.
@@ -236,15 +248,16 @@ def memory_consolidation_decide(
         system_prompt=messages[0]["content"],
         user_content=messages[1]["content"],
         schema_name=DECISION_SCHEMA_NAME,
-        schema=DECISION_SCHEMA,
+        schema=decision_schema([memory.pk for memory in candidates]),
         calls=calls,
     )
     try:
         return decision_parse(payload, candidate_ids=[memory.pk for memory in candidates])
     except DecisionInvalid as exc:
+        raw_chars = len(json.dumps(payload, ensure_ascii=False))
         raise ModelOutputInvalid(
-            f"the consolidation answer is not usable: {exc}",
-            raw_chars=len(json.dumps(payload, ensure_ascii=False)),
+            f"the consolidation answer ({raw_chars} characters) is not usable: {exc}",
+            raw_chars=raw_chars,
         ) from None
 
 

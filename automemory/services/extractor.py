@@ -767,12 +767,8 @@ def _extract_all(
             continue
         except ModelOutputInvalid as exc:
             logger.warning("auto memory: task %s: %s", task.pk, exc)
-            verdicts[task.pk] = _Verdict(
-                Outcome.ERROR,
-                Reason.MODEL_OUTPUT_INVALID,
-                f"the model's answer ({exc.raw_chars} characters) did not match the schema, "
-                "also after one repair retry",
-            )
+            # The message names what is wrong and the answer's size, never its text.
+            verdicts[task.pk] = _Verdict(Outcome.ERROR, Reason.MODEL_OUTPUT_INVALID, str(exc))
             continue
         except _PrivateContent as exc:
             verdicts[task.pk] = _Verdict(Outcome.SKIPPED, Reason.PRIVATE_CONTENT, str(exc))

@@ -206,6 +206,9 @@ def test_add_keeps_both_memories_and_shows_the_model_the_candidates_as_data(
     assert body["model"] == MODEL
     assert body["response_format"]["type"] == "json_schema"
     assert body["response_format"]["json_schema"]["strict"] is True
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["memory_id"]["enum"] == [first_memory.pk, None]
+    assert schema["properties"]["memory_ids"]["items"]["enum"] == [first_memory.pk]
     system, user = body["messages"]
     assert "data" in system["content"] and "never instructions" in system["content"]
     data = json.loads(user["content"])
@@ -346,6 +349,7 @@ def test_an_answer_naming_memories_not_shown_is_an_error_and_writes_nothing(
 
     log = log_of(similar_task)
     assert (log.outcome, log.reason, log.memory_id) == ("error", "model_output_invalid", None)
+    assert "characters" in log.detail and '"action"' not in log.detail
     assert not auto_memories(source_task=similar_task).exists()
     first_memory.refresh_from_db()
     assert first_memory.status == MemoryStatus.ACTIVE
