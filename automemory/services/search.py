@@ -44,7 +44,7 @@ _STOP_WORDS_TEXT = """
     that the their theirs them then there these they this those through to too under until
     up upon us use used using very via was we were what when where which while who whom why
     will with within without would yet you your yours
-    new task tasks thing things way want wants sure ok okay
+    new thing things way want wants sure ok okay
     add adds added fix fixes fixed change changes changed update updates updated create
     creates created remove removes removed write check look looks help work works working
     try tried still today tomorrow again know see seems
