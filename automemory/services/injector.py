@@ -2,7 +2,9 @@
 
 The worker calls `inject_memories()` after claiming a task and before executing it. Only the
 in-memory prompt (and goal) the executor receives change; the stored task keeps the text the
-user sent. Any failure is logged as a warning and the task runs without memories.
+user sent. Which memories go in is the user's `injection_ranking` (the selector ranks them),
+how many is their `injection_max_chars` (`fit_memory_block`). Any failure is logged as a
+warning and the task runs without memories.
 """
 
 import logging
@@ -211,14 +213,11 @@ class _Preferences:
 def _preferences(task: Task) -> _Preferences:
     """The task's flag and its user's injection settings, read in one query."""
     settings_row = AutoMemorySettings.objects.filter(user_id=OuterRef("user_id"))
+    task_flags = TaskAutoMemoryFlags.objects.filter(task_id=OuterRef("pk"))
     row = (
         Task.objects.filter(pk=task.pk)
         .annotate(
-            flag_use_memories=Subquery(
-                TaskAutoMemoryFlags.objects.filter(task_id=OuterRef("pk")).values("use_memories")[
-                    :1
-                ]
-            ),
+            flag_use_memories=Subquery(task_flags.values("use_memories")[:1]),
             **{
                 f"setting_{name}": Subquery(settings_row.values(field)[:1])
                 for name, field in _SETTING_FIELDS.items()
