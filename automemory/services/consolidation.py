@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -399,6 +400,37 @@ def memory_add(
         detail=f"superseded memory {current.pk}",
         superseded_ids=[current.pk],
     )
+
+
+def consolidation_retirements_undo(retracted: IdentityMemory) -> list[int]:
+    """Make active again the memories of other goals that a `supersede` answer retired in
+    favour of `retracted` (a memory being withdrawn); returns their ids.
+
+    Call inside the retraction's transaction. A memory whose goal has an active memory
+    again meanwhile stays superseded (the per-goal constraint decides, in a savepoint).
+    """
+    retired = (
+        IdentityMemory.objects.select_for_update()
+        .filter(
+            superseded_by=retracted,
+            source=MemorySource.AUTO,
+            status=MemoryStatus.SUPERSEDED,
+            project_id=retracted.project_id,
+        )
+        .exclude(goal_key=retracted.goal_key)
+        .order_by("pk")
+    )
+    restored = []
+    for memory in retired:
+        try:
+            with transaction.atomic():
+                IdentityMemory.objects.filter(pk=memory.pk).update(
+                    status=MemoryStatus.ACTIVE, superseded_by=None, updated_at=timezone.now()
+                )
+        except IntegrityError:
+            continue
+        restored.append(memory.pk)
+    return restored
 
 
 def _merge(

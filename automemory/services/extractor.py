@@ -60,6 +60,7 @@ from automemory.services.consolidation import (
     Action,
     Decision,
     WriteResult,
+    consolidation_retirements_undo,
     memory_consolidation_decide,
     memory_decision_apply,
 )
@@ -957,7 +958,8 @@ def _retract(task: Task, *, seen: str, now: datetime, force: bool) -> bool:
 
     The memory becomes `superseded` with no successor; if it was the goal's active memory,
     the memory it displaced (the latest-finished one pointing to it) is active again, as if
-    the retracted task had been skipped from the start. The log row turns into a stable
+    the retracted task had been skipped from the start; so are the memories of other goals a
+    consolidation `supersede` retired in its favour. The log row turns into a stable
     `external_context` skip marked `retracted_at`, so the task is never extracted again.
     Returns False when another sweep retracted it first.
     """
@@ -974,13 +976,17 @@ def _retract(task: Task, *, seen: str, now: datetime, force: bool) -> bool:
         .first()
     )
     restored_id = None
+    undone: list[int] = []
     if memory is not None:
         IdentityMemory.objects.filter(pk=memory.pk).update(
             status=MemoryStatus.SUPERSEDED, superseded_by=None, updated_at=timezone.now()
         )
         if memory.status == MemoryStatus.ACTIVE:
             restored_id = _restore_displaced(memory)
+        undone = consolidation_retirements_undo(memory)
     detail = f"{seen}; retracted memory {memory.pk}" if memory else f"{seen}; memory was deleted"
+    if memory is not None and undone:
+        detail += f"; restored memory {', '.join(map(str, undone))}"
     if memory is None and log.reason == Reason.MERGED and log.memory_id is not None:
         # Merged text cannot be split: the memory stays, the task is out of later sweeps.
         detail = f"{seen}; merged into memory {log.memory_id}, which is kept"

@@ -300,6 +300,33 @@ def test_supersede_writes_the_new_memory_and_retires_the_named_ones(
     assert links_of(new) == [(similar_task.pk, False)]
 
 
+def test_retracting_a_superseding_memory_brings_back_what_it_superseded(
+    first_memory, consolidating, similar_task, alice
+):
+    consolidating.respond_with(decision("supersede", memory_ids=[first_memory.pk]))
+    start = timezone.now()
+    process_auto_memories()
+    new = auto_memories().get(source_task=similar_task)
+    with freeze_time(start + timedelta(minutes=10)):
+        similar_task.turn += 1
+        similar_task.save()
+        TaskEvent.objects.create(
+            task=similar_task,
+            turn=similar_task.turn,
+            kind="web_search",
+            data={"type": "web_search", "query": "staging flag"},
+        )
+    with freeze_time(start + timedelta(minutes=40)):
+        summary = process_auto_memories()
+
+    assert summary.retracted == 1
+    new.refresh_from_db()
+    first_memory.refresh_from_db()
+    assert new.status == MemoryStatus.SUPERSEDED
+    assert (first_memory.status, first_memory.superseded_by_id) == (MemoryStatus.ACTIVE, None)
+    assert f"restored memory {first_memory.pk}" in log_of(similar_task).detail
+
+
 def test_noop_writes_nothing_and_logs_already_known_with_the_memory_that_knows(
     first_memory, consolidating, similar_task, alice
 ):
