@@ -669,3 +669,22 @@ def test_a_hanging_model_costs_one_timeout_per_sweep_not_one_per_task(
     fake_openai.respond_with(answer(GOOD))
     process_auto_memories(now=timezone.now() + timedelta(minutes=5))
     assert all(log_of(t).reason == "new" for t in tasks)
+
+
+def test_memory_spend_counts_in_the_quota_gate(fake_openai, modelled, task_factory, project, alice):
+    from controlplane.models import Quota
+
+    Quota.objects.create(user=alice, monthly_limit_usd=Decimal("1.00"))
+    first = task_factory(project, alice, prompt="First", completed=True)
+    # $0.85 of model calls: 3.4M prompt tokens at $0.25/M.
+    fake_openai.respond_with(answer(GOOD, prompt_tokens=3_400_000, completion_tokens=0))
+    process_auto_memories(user=alice)
+    assert log_of(first).reason == "new"
+
+    second = task_factory(project, alice, prompt="Second", completed=True)
+    process_auto_memories(user=alice)
+
+    log = log_of(second)
+    assert (log.outcome, log.reason) == ("skipped", "quota_low")
+    assert "15" in log.detail, "15% of the quota left"
+    assert len(fake_openai.completion_requests) == 1
