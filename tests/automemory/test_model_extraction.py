@@ -688,3 +688,16 @@ def test_memory_spend_counts_in_the_quota_gate(fake_openai, modelled, task_facto
     assert (log.outcome, log.reason) == ("skipped", "quota_low")
     assert "15" in log.detail, "15% of the quota left"
     assert len(fake_openai.completion_requests) == 1
+
+
+def test_the_per_user_sweep_also_comes_back_for_deferred_tasks(
+    fake_openai, modelled, task_factory, project, alice, settings
+):
+    settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 1
+    tasks = [task_factory(project, alice, prompt=f"Task {n}", completed=True) for n in range(3)]
+    fake_openai.respond_with(answer(GOOD))
+
+    deferred = [process_auto_memories(user=alice).deferred for _ in range(3)]
+
+    assert deferred == [2, 1, 0]
+    assert all(log_of(t).reason == "new" for t in tasks)
