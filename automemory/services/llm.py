@@ -126,7 +126,8 @@ def memory_spend_get(*, user_id: int, now: datetime | None = None) -> Decimal:
 def memory_budget_check(*, user_id: int, now: datetime | None = None) -> None:
     """Raise `MemoryBudgetExhausted` when the user's memory spend this month reached the budget.
 
-    Checked before each call, so one call in flight may take the month a little past it.
+    Checked once per `model_json_call` (not before its repair retry), so the last question
+    of the month, and those running at the same moment elsewhere, may pass it a little.
     """
     now = now or timezone.now()
     budget = (
