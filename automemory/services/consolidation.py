@@ -11,6 +11,7 @@ auto memories of the project (else it falls back to `add`, and says why in the l
 """
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ from controlplane.models import (
     UsageKind,
 )
 from controlplane.services.instructions import instruction_flag_fields
+
+logger = logging.getLogger(__name__)
 
 
 class Action:
@@ -311,6 +314,7 @@ def memory_decision_apply(
             f"{decision.action} not applied: memory {', '.join(map(str, gone))} is no longer "
             "active in the project; written as a new memory"
         )
+        logger.info("auto memory: task %s: %s", task.pk, note)
         decision = Decision(Action.ADD)
     if decision.action == Action.NOOP:
         return WriteResult(
