@@ -23,8 +23,13 @@ from django.conf import settings
 from django.db import transaction
 
 from automemory.models import AutoMemorySettings
-from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, memory_last_used
-from controlplane.services.audit import audit_record
+from controlplane.models import (
+    AuditEvent,
+    IdentityMemory,
+    MemorySource,
+    MemoryStatus,
+    memory_last_used,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -123,32 +128,33 @@ def memories_archive_unused(
 def _archive_for_user(
     *, user_id: int, cutoff: datetime, now: datetime, limit: int
 ) -> list[tuple[int, int]]:
+    stale = _stale_memories(user_id=user_id, cutoff=cutoff)
+    # A plain read first: a pass with nothing to archive opens no write transaction.
+    candidate_ids = list(stale.order_by().values_list("pk", flat=True)[:limit])
+    if not candidate_ids:
+        return []
     with transaction.atomic():
+        # Locked and read again: a memory injected or restored since the read is not stale.
         candidates = list(
-            _stale_memories(user_id=user_id, cutoff=cutoff)
+            stale.filter(pk__in=candidate_ids)
             .select_for_update(skip_locked=True)
             .order_by()
-            .values_list("pk", "project_id")[:limit]
+            .values_list("pk", "project_id")
         )
         if not candidates:
             return []
-        ids = [pk for pk, _ in candidates]
-        # Re-checked in the update: injected or restored since the read means not stale.
-        updated_ids = set(
-            _stale_memories(user_id=user_id, cutoff=cutoff)
-            .filter(pk__in=ids)
-            .values_list("pk", flat=True)
-        )
-        IdentityMemory.objects.filter(pk__in=updated_ids, status=MemoryStatus.ACTIVE).update(
+        IdentityMemory.objects.filter(pk__in=[pk for pk, _ in candidates]).update(
             status=MemoryStatus.ARCHIVED, archived_at=now
         )
-        archived = [(pk, project_id) for pk, project_id in candidates if pk in updated_ids]
-        for pk, project_id in archived:
-            audit_record(
+        # One insert for the batch's audit events (append-only rows, as audit_record writes).
+        AuditEvent.objects.bulk_create(
+            AuditEvent(
                 action="memory_archived",
                 actor_label="retention",
                 target_type="memory",
-                target_id=pk,
+                target_id=str(pk),
                 data={"project_id": project_id, "user_id": user_id, "cutoff": cutoff.isoformat()},
             )
-    return archived
+            for pk, project_id in candidates
+        )
+    return candidates
