@@ -9,7 +9,7 @@ restored) in that many days: `memory_last_used()`, the later of `updated_at` and
 pass archive it again. Manual memories are never archived.
 
 Archived memories get status `archived` and `archived_at`, stay listed and can be restored
-(`POST /memories/{id}/restore`, the admin's restore action). Each one is logged (logger and an
+(`POST /memories/{id}/restore`, the admin's restore action). Each one is logged (logger and a
 `memory_archived` audit event). A pass reads one row per user who turned retention on, then
 only the stale memories, through `memory_auto_retention_idx`: its cost grows with the work
 pending, not with the history.
