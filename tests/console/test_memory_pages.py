@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -26,6 +27,7 @@ from controlplane.models import (
 )
 
 pytestmark = pytest.mark.django_db
+User = get_user_model()
 
 SECRET_TEXT = "push with token ghp_0123456789abcdefghijABCDEFGHIJ012345 from the CI box"
 
@@ -497,3 +499,30 @@ def test_browser_my_memories_add_and_keyboard(signed_in_page, alice):
     expect(page.get_by_role("status")).to_contain_text("Memory added.")
     expect(page.locator("#memory-list")).to_contain_text("I review pull requests in the morning.")
     assert IdentityMemory.objects.filter(user=alice, scope=MemoryScope.USER).count() == 1
+
+
+def test_projects_page_lists_the_users_projects_with_role_and_memory_count(
+    client, project_factory, alice, bob, charlie
+):
+    mine = project_factory(alice, "Payments")
+    shared = project_factory(bob, "Search", viewers=[alice])
+    project_factory(charlie, "Secret plans")
+    for index in range(3):
+        manual_memory(mine, alice, f"payments fact {index}")
+    IdentityMemory.objects.create(
+        scope=MemoryScope.USER, user=alice, content="not a project memory", created_by=alice
+    )
+    client.force_login(alice)
+    body = client.get(reverse("console:projects")).content.decode()
+    assert "Secret plans" not in body
+    assert reverse("console:project_memories", args=[mine.pk]) in body
+    assert reverse("console:project_memories", args=[shared.pk]) in body
+    rows = {name: body.split(name, 1)[1].split("</tr>", 1)[0] for name in ("Payments", "Search")}
+    assert "<td>owner</td>" in rows["Payments"] and "<td>3</td>" in rows["Payments"]
+    assert "<td>viewer</td>" in rows["Search"] and "<td>0</td>" in rows["Search"]
+
+    empty = Client()
+    empty.force_login(User.objects.create_user("newcomer", password="pw"))
+    assert "not a member of any project yet" in (
+        empty.get(reverse("console:projects")).content.decode()
+    )
