@@ -184,7 +184,7 @@ class _Verdict:
     detail: str = ""
     memory_id: int | None = None
     retry_after: datetime | None = None
-    # Another sweep wrote the memory: its log row stands, this sweep's is not written.
+    # Another sweep wrote the memory: its log row stands (this one only fills in for it).
     written_elsewhere: bool = False
 
 
@@ -1101,11 +1101,15 @@ _LOG_UPDATE_FIELDS = [
 
 def _write_logs(tasks, *, verdicts, logs_by_task, now, force) -> None:
     """One upsert for the whole batch: one row per task, overwritten by each attempt."""
-    # A task another sweep extracted meanwhile keeps that sweep's row (its reason).
-    tasks = [task for task in tasks if not verdicts[task.pk].written_elsewhere]
     rows = [_log_row(t, verdicts[t.pk], logs_by_task.get(t.pk), now, force) for t in tasks]
-    # A skip or error must not overwrite an `extracted` row another sweep wrote meanwhile.
-    not_extracted_here = [row.task_id for row in rows if row.outcome != Outcome.EXTRACTED]
+    # A skip or error must not overwrite an `extracted` row another sweep wrote meanwhile, and
+    # a task another sweep wrote (a race lost here) keeps that sweep's row, with its reason;
+    # this sweep's row stands in only while that one is missing (the other sweep failed).
+    not_extracted_here = [
+        row.task_id
+        for row in rows
+        if row.outcome != Outcome.EXTRACTED or verdicts[row.task_id].written_elsewhere
+    ]
     extracted_meanwhile = set(
         AutoMemoryLog.objects.filter(
             task_id__in=not_extracted_here, outcome=Outcome.EXTRACTED

@@ -185,6 +185,21 @@ def test_every_written_memory_links_its_task_and_the_api_lists_it(
     assert row["source_task_ids"] == [task.pk]
 
 
+def test_a_task_another_sweep_merged_without_logging_gets_the_log_row_of_its_link(
+    first_memory, similar_task, alice
+):
+    """Another sweep merged the task and stopped before writing its log row."""
+    MemorySourceTask.objects.create(memory=first_memory, task=similar_task, merged=True)
+
+    summary = process_auto_memories(user=alice)
+
+    assert not auto_memories(source_task=similar_task).exists()
+    log = log_of(similar_task)
+    assert (log.outcome, log.reason, log.memory_id) == ("extracted", "merged", first_memory.pk)
+    assert summary.extracted == 0  # the other sweep's work, not this one's
+    assert process_auto_memories(user=alice, force=True).scanned == 0
+
+
 # --- With a consolidation model: the four answers ------------------------------------------
 
 
