@@ -327,7 +327,7 @@ def memory_decision_apply(
         return _merge(task, usable[decision.memory_id], decision=decision, keywords=keywords)
     result = memory_add(task=task, content=content, keywords=keywords, key=key, current=current)
     if note:
-        result.detail = note
+        result.detail = "; ".join(part for part in (note, result.detail) if part)
     if decision.action == Action.SUPERSEDE:
         retired = [pk for pk in decision.memory_ids if current is None or pk != current.pk]
         if result.reason == Reason.SUPERSEDED_ON_WRITE:
