@@ -25,11 +25,6 @@ from controlplane.models import (
     MemoryStatus,
 )
 
-# Playwright's sync API runs an asyncio event loop in the test's thread for the whole session,
-# and Django refuses ORM calls from a thread with a running loop. The tests' ORM calls
-# (fixtures, assertions) are plain synchronous code, so the check does not apply to them.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -59,6 +54,24 @@ def console_browser_path() -> str | None:
         if candidate:
             return candidate
     return "/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None
+
+
+@pytest.fixture(scope="session")
+def playwright(playwright):
+    """pytest-playwright's Playwright, with Django's async safety check off while it runs.
+
+    Playwright's sync API keeps an asyncio event loop running in the test's thread from its
+    start to the session's end, and Django refuses ORM calls from a thread with a running loop.
+    The tests' ORM calls (fixtures, assertions) are plain synchronous code, so the check does
+    not apply to them. Set only once a browser test starts, and removed at the end.
+    """
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    yield playwright
+    if previous is None:
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    else:
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture(scope="session")
