@@ -701,3 +701,44 @@ def test_the_per_user_sweep_also_comes_back_for_deferred_tasks(
 
     assert deferred == [2, 1, 0]
     assert all(log_of(t).reason == "new" for t in tasks)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_round_goes_on_while_the_model_hangs(
+    fake_openai, api_client_for, alice, project, settings
+):
+    from django.core.management import call_command
+
+    settings.AUTOMEMORY_MODEL_TIMEOUT_SECONDS = 0.5
+    fake_openai.respond_with(hang(30))
+    client = api_client_for(alice)
+    client.patch(
+        "/users/me/auto-memory-settings",
+        {
+            "generate_memories": True,
+            "idle_seconds": 0,
+            "min_duration_seconds": 0,
+            "min_result_chars": 0,
+            "extract_model": MODEL,
+        },
+        format="json",
+    )
+    created = client.post(
+        f"/projects/{project.pk}/tasks",
+        {"prompt": "Document the release steps\nTag, then run make release."},
+        format="json",
+    ).json()
+
+    started = time.monotonic()
+    call_command("run_worker", "--once", "--executor", "echo", "--worker-id", "t")
+    assert time.monotonic() - started < 10
+
+    assert client.get(f"/tasks/{created['id']}").json()["status"] == "completed"
+    (row,) = client.get("/users/me/auto-memory-log").json()["results"]
+    assert (row["outcome"], row["reason"]) == ("skipped", "model_unavailable")
+
+    fake_openai.respond_with(answer(GOOD))
+    summary = client.post("/users/me/auto-memory/run", {}, format="json").json()
+    assert summary["extracted"] == 1 and summary["model_calls"] == 1
+    (memory,) = client.get(f"/projects/{project.pk}/memories").json()["results"]
+    assert memory["content"] == GOOD["memory"]
