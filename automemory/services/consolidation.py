@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from automemory import conf
 from automemory.models import Outcome, Reason
+from automemory.selectors import memories_matching
 from automemory.services.llm import ModelOutputInvalid, SweepModelCalls, model_json_call
 from automemory.services.redactor import redact
 from controlplane.models import (
@@ -151,19 +152,23 @@ def keywords_clean(keywords: Sequence[Any]) -> list[str]:
 # --- The decision ---------------------------------------------------------------------------
 
 
-def consolidation_candidates(*, task: Task, content: str) -> list[IdentityMemory]:
-    """The project's active auto memories most similar to `content`, best first.
+def consolidation_candidates(
+    *, task: Task, content: str, keywords: Sequence[str] = ()
+) -> list[IdentityMemory]:
+    """The project's active auto memories most similar to the new memory, best first.
 
-    Full-text search over the project's memories, at most `CONSOLIDATION_CANDIDATES`; a
-    memory of this very task (a retried write) is never a candidate.
+    Full-text search over the project's memories for the new memory's keywords and text,
+    at most `CONSOLIDATION_CANDIDATES`; a memory of this very task (a retried write) is
+    never a candidate.
     """
-    from automemory.selectors import memories_matching
-
     limit = conf.get("CONSOLIDATION_CANDIDATES")
     if limit <= 0:
         return []
+    # Keywords first: the search reads a bounded number of words.
+    text = " ".join([*keywords, content])
+    # Room for the manual memories the search also finds, which are not candidates.
     found = memories_matching(
-        text=content, scope=MemoryScope.PROJECT, project_id=task.project_id, limit=limit * 3
+        text=text, scope=MemoryScope.PROJECT, project_id=task.project_id, limit=limit * 3
     )
     return [
         memory
@@ -229,7 +234,12 @@ def decision_parse(payload: Any, *, candidate_ids: Sequence[int]) -> Decision:
 
 
 def memory_consolidation_decide(
-    *, task: Task, content: str, model: str, calls: SweepModelCalls | None = None
+    *,
+    task: Task,
+    content: str,
+    model: str,
+    keywords: Sequence[str] = (),
+    calls: SweepModelCalls | None = None,
 ) -> Decision:
     """Ask `model` how the task's new memory `content` joins the project's similar memories.
 
@@ -240,7 +250,7 @@ def memory_consolidation_decide(
     what its action needs, raises `ModelOutputInvalid` too. Never call it inside a
     transaction.
     """
-    candidates = consolidation_candidates(task=task, content=content)
+    candidates = consolidation_candidates(task=task, content=content, keywords=keywords)
     if not candidates:
         return Decision(Action.ADD, reason="no similar active memory in the project")
     messages = consolidation_messages(content=content, candidates=candidates)

@@ -879,7 +879,7 @@ def _extract_one(
         )
     key = goal_key(task)
     decision = _consolidation_decision(
-        task, content=content, prefs=prefs, calls=calls, private=private
+        task, content=content, keywords=keywords, prefs=prefs, calls=calls, private=private
     )
     for attempt in range(attempts):
         try:
@@ -913,6 +913,7 @@ def _consolidation_decision(
     task: Task,
     *,
     content: str,
+    keywords: list[str],
     prefs: AutoMemorySettings | None,
     calls: SweepModelCalls | None,
     private: PrivateTexts,
@@ -929,7 +930,9 @@ def _consolidation_decision(
     if not model:
         return None
     try:
-        decision = memory_consolidation_decide(task=task, content=content, model=model, calls=calls)
+        decision = memory_consolidation_decide(
+            task=task, content=content, keywords=keywords, model=model, calls=calls
+        )
     except (ModelUnavailable, MemoryBudgetExhausted) as exc:
         if not prefs.fallback_to_deterministic:
             raise

@@ -17,6 +17,7 @@ from automemory.services.consolidation import (
     Action,
     Decision,
     DecisionInvalid,
+    consolidation_candidates,
     decision_parse,
     memory_decision_apply,
 )
@@ -485,6 +486,33 @@ def test_a_decision_about_another_projects_memory_is_not_applied(
     assert result.reason == "new"
     first_memory.refresh_from_db()
     assert first_memory.status == MemoryStatus.ACTIVE
+
+
+def test_candidates_are_found_by_the_new_memorys_keywords_too(first_memory, similar_task):
+    IdentityMemory.objects.filter(pk=first_memory.pk).update(keywords=["kubernetes"])
+    unrelated = "Nothing in common with any stored note."
+    assert consolidation_candidates(task=similar_task, content=unrelated) == []
+    found = consolidation_candidates(task=similar_task, content=unrelated, keywords=["kubernetes"])
+    assert [memory.pk for memory in found] == [first_memory.pk]
+
+
+def test_candidates_are_active_auto_memories_of_the_project_only(
+    first_memory, similar_task, project, alice, project_factory, task_factory
+):
+    IdentityMemory.objects.create(
+        scope="project", project=project, content="The deploy script note, by hand."
+    )
+    other = project_factory(alice, "other")
+    elsewhere = task_factory(other, alice, prompt="Deploy script", completed=True)
+    IdentityMemory.objects.create(
+        scope="project",
+        project=other,
+        content="The deploy script of another project.",
+        source="auto",
+        source_task=elsewhere,
+    )
+    found = consolidation_candidates(task=similar_task, content="the deploy script staging flag")
+    assert [memory.pk for memory in found] == [first_memory.pk]
 
 
 @pytest.mark.parametrize(
