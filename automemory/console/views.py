@@ -13,6 +13,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views import defaults
@@ -34,6 +35,8 @@ from controlplane.access import projects_visible_to
 from controlplane.api.throttling import FailedAuthThrottle, UserThrottle
 
 T = TypeVar("T")
+# The home page lists this many projects; the Projects page has them all.
+HOME_PROJECTS = 20
 
 
 def access_get(getter: Callable[..., T], **kwargs: Any) -> T:
@@ -88,11 +91,25 @@ class SignOutView(auth_views.LogoutView):
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
     """The console's start page: the user's projects and their auto memory switches."""
-    projects = projects_visible_to(request.user).order_by("name", "pk")[:20]
+    projects = projects_visible_to(request.user).order_by("name", "pk")[:HOME_PROJECTS]
+    outcome_counts = dict(
+        selectors.auto_memory_log_list(user=request.user)
+        .order_by()
+        .values_list("outcome")
+        .annotate(count=Count("pk"))
+    )
     return render(
         request,
         "console/home.html",
-        {"projects": projects, "settings": settings_get(user_id=request.user.pk)},
+        {
+            "projects": projects,
+            "more_projects": len(projects) == HOME_PROJECTS,
+            "settings": settings_get(user_id=request.user.pk),
+            "outcomes": [
+                {"value": value, "label": label, "count": outcome_counts.get(value, 0)}
+                for value, label in Outcome.choices
+            ],
+        },
     )
 
 

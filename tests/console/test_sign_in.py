@@ -5,6 +5,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from automemory.models import Outcome
+
 pytestmark = pytest.mark.django_db
 
 
@@ -169,3 +171,16 @@ def test_failed_sign_ins_are_limited_per_address(client, alice, settings):
         REMOTE_ADDR="192.0.2.7",
     )
     assert other.status_code == 302
+
+
+def test_home_counts_the_users_log_by_outcome(
+    signed_in_client, alice, bob, project, task_factory, log_row_factory
+):
+    for _ in range(2):
+        log_row_factory(task_factory(project, alice, completed=True))
+    log_row_factory(task_factory(project, alice, completed=True), outcome=Outcome.ERROR)
+    log_row_factory(task_factory(project, bob, completed=True))  # not alice's
+    html = signed_in_client(alice).get("/console/").content.decode()
+    assert 'Skipped: <a href="/console/log?outcome=skipped">2</a>' in html
+    assert 'Error: <a href="/console/log?outcome=error">1</a>' in html
+    assert 'Extracted: <a href="/console/log?outcome=extracted">0</a>' in html
