@@ -228,3 +228,27 @@ def test_a_refused_run_is_shown_in_the_browser(signed_in_page, alice, run_rates)
     page.get_by_role("button", name="Run now, skip the waiting gates").click()
     expect(page.locator("#run-result")).to_contain_text("too many forced sweeps")
     expect(page.get_by_role("alert")).to_contain_text("Try again in")
+
+
+def test_the_log_page_costs_the_same_queries_for_any_page_length(
+    signed_in_client, alice, project, task_factory, log_row_factory, memory_factory
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = signed_in_client(alice)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get("/console/log").status_code == 200
+        return len(captured)
+
+    log_row_factory(task_factory(project, completed=True))
+    few = queries()
+    for number in range(LOG_PAGE_SIZE):
+        task = task_factory(project, completed=True)
+        memory = memory_factory(
+            project=project, source=MemorySource.AUTO, source_task=task, goal_key=f"goal {number}"
+        )
+        log_row_factory(task, outcome=Outcome.EXTRACTED, reason=Reason.NEW, memory=memory)
+    assert queries() == few
