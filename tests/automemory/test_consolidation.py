@@ -426,6 +426,36 @@ def test_an_unavailable_model_leaves_the_task_waiting(
     assert log_of(similar_task).reason == "already_known"
 
 
+def test_a_spent_memory_budget_leaves_the_task_waiting_without_a_call(
+    first_memory, consolidating, similar_task, alice, enable_auto_memory
+):
+    enable_auto_memory(alice, consolidation_model=MODEL, monthly_memory_budget_usd=0)
+    consolidating.respond_with(decision("add"))
+    summary = process_auto_memories(user=alice)
+    log = log_of(similar_task)
+    assert (log.outcome, log.reason) == ("skipped", "memory_budget_exhausted")
+    assert log.retry_after is not None and log.retry_after.day == 1
+    assert consolidating.completion_requests == []
+    assert not auto_memories(source_task=similar_task).exists()
+    assert summary.skipped["memory_budget_exhausted"] == 1
+
+
+def test_the_sweeps_call_cap_leaves_the_task_untouched_for_the_next_sweep(
+    first_memory, consolidating, similar_task, alice, settings
+):
+    settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 0
+    consolidating.respond_with(decision("add"))
+    summary = process_auto_memories(user=alice)
+    assert summary.deferred == 1 and summary.model_calls == 0
+    assert not AutoMemoryLog.objects.filter(task=similar_task).exists()
+    assert consolidating.completion_requests == []
+
+    settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 5
+    process_auto_memories(user=alice)
+    assert log_of(similar_task).reason == "new"
+    assert len(consolidating.completion_requests) == 1
+
+
 def test_with_the_fallback_an_unavailable_model_means_a_plain_add(
     first_memory, consolidating, similar_task, alice, enable_auto_memory
 ):
