@@ -744,6 +744,10 @@ def _extract_all(
     for task in tasks:
         private = private_by_task.get(task.pk) or PrivateTexts()
         prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(user_id=task.user_id)
+        if calls.used + _model_steps(prefs) > calls.limit:
+            # Its calls may not all fit: an extraction paid for now and a consolidation
+            # refused would be paid again next sweep. Left whole for the next sweep.
+            continue
         try:
             _check_verifiable(private)
             draft = _memory_draft(task, prefs=prefs, calls=calls)
@@ -792,6 +796,12 @@ def _extract_all(
             summary.superseded += written.superseded_count
         detail = "; ".join(part for part in (draft.note, written.detail) if part)
         verdicts[task.pk] = _Verdict(written.outcome, written.reason, detail, written.memory_id)
+
+
+def _model_steps(prefs: AutoMemorySettings) -> int:
+    """How many model calls a task of this user may need (repairs aside): extraction and
+    consolidation, each when its model is set."""
+    return sum(1 for model in (prefs.extract_model, prefs.consolidation_model) if model)
 
 
 def _memory_draft(

@@ -456,6 +456,33 @@ def test_the_sweeps_call_cap_leaves_the_task_untouched_for_the_next_sweep(
     assert len(consolidating.completion_requests) == 1
 
 
+def test_a_task_needing_two_calls_waits_whole_when_only_one_is_left(
+    first_memory, consolidating, similar_task, alice, settings, enable_auto_memory
+):
+    enable_auto_memory(alice, consolidation_model=MODEL, extract_model="fake-extractor")
+    settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 1
+    extraction = answer(
+        {
+            "worth_remembering": True,
+            "memory": "Run ops/deploy.sh with the staging flag set.",
+            "keywords": ["deploy"],
+            "reason": "a pitfall",
+        }
+    )
+    consolidating.enqueue(extraction, decision("noop", memory_id=first_memory.pk))
+    summary = process_auto_memories(user=alice)
+    assert summary.deferred == 1
+    assert consolidating.completion_requests == []  # no extraction paid for twice
+
+    settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 2
+    summary = process_auto_memories(user=alice)
+    assert summary.model_calls == 2
+    log = log_of(similar_task)
+    assert (log.reason, log.memory_id) == ("already_known", first_memory.pk)
+    kinds = UsageRecord.objects.values_list("kind", flat=True).order_by("id")
+    assert list(kinds) == [UsageKind.MEMORY_EXTRACTION, UsageKind.MEMORY_CONSOLIDATION]
+
+
 def test_with_the_fallback_an_unavailable_model_means_a_plain_add(
     first_memory, consolidating, similar_task, alice, enable_auto_memory
 ):
