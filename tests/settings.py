@@ -15,3 +15,9 @@ STORAGES = {
     **STORAGES,  # noqa: F405
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+
+# No test may reach a real model endpoint: the model client points at a closed local port
+# with a dummy key unless a test starts the fake OpenAI server (the `fake_openai` fixture),
+# which overrides both.
+AUTOMEMORY_OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+AUTOMEMORY_OPENAI_API_KEY = "tests-dummy-key"
