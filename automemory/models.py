@@ -321,3 +321,27 @@ class SweepState(models.Model):
 
     def __str__(self) -> str:
         return f"sweep state {self.name}"
+
+
+class ExtractionClaim(models.Model):
+    """A sweep's hold on one task while it calls the memory model for it.
+
+    Taken before a task's model calls (its extraction and consolidation together), so two
+    sweeps never pay twice for one task; deleted once the task's log row is written. A claim
+    past `expires_at` (its sweep died) may be taken over by the next sweep.
+    """
+
+    task = models.OneToOneField(
+        Task, primary_key=True, on_delete=models.CASCADE, related_name="auto_memory_claim"
+    )
+    token = models.UUIDField()
+    # Which process holds it (host:pid and the sweep's scope), for operators.
+    claimed_by = models.CharField(max_length=200)
+    claimed_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "extraction claim"
+
+    def __str__(self) -> str:
+        return f"claim on task {self.task_id} by {self.claimed_by}"
