@@ -259,6 +259,22 @@ except ValueError as exc:
 MIDDLEWARE.insert(0, "controlplane.metrics.request_metrics_middleware")
 
 # --- Auto memory (app defaults live in automemory/conf.py; override with AUTOMEMORY_*) -------
+# The model side is set from the environment when the variable is present (else the app
+# default): the price table as a JSON object of model -> {input, output[, cached_input]} USD
+# per 1M tokens with a "default" entry, the per-call timeout and SDK retries, and the most
+# model calls one sweep makes. `manage.py check` refuses a malformed price table.
+_AUTOMEMORY_MODEL_ENV = {
+    "AUTOMEMORY_MODEL_PRICES": env.json,
+    "AUTOMEMORY_MODEL_TIMEOUT_SECONDS": env.float,
+    "AUTOMEMORY_MODEL_MAX_RETRIES": env.int,
+    "AUTOMEMORY_MODEL_CALLS_PER_SWEEP": env.int,
+}
+for _name, _read in _AUTOMEMORY_MODEL_ENV.items():
+    if env.str(_name, default="") != "":
+        try:
+            globals()[_name] = _read(_name)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{_name}={env.str(_name)!r} is not valid: {exc}") from None
 
 # --- Logging (controlplane/logging.py) ------------------------------------------------------
 # plain (default) or json: one JSON object a line. Lines logged by a worker carry its id, and
