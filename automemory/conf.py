@@ -60,6 +60,10 @@ DEFAULTS: dict[str, Any] = {
     # at most the maximum.
     "MODEL_UNAVAILABLE_RETRY_SECONDS": 120,
     "MODEL_UNAVAILABLE_RETRY_MAX_SECONDS": 3600,
+    # --- Retention (docs/auto-memory.md, "Retention") ---
+    # The most memories one retention pass archives, and how often a worker runs a pass.
+    "RETENTION_BATCH_SIZE": 500,
+    "RETENTION_INTERVAL_SECONDS": 3600,
     # How long a sweep's claim on a task (taken before the task's model calls) lasts unless
     # renewed; a live sweep renews its claims while it works, so this only bounds how long
     # a task waits when the sweep that claimed it died. Keep it above twice one task's worst

@@ -19,9 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
 
+from automemory import conf
 from automemory.models import AutoMemorySettings
 from controlplane.models import (
     AuditEvent,
@@ -33,20 +33,15 @@ from controlplane.models import (
 
 logger = logging.getLogger(__name__)
 
-# The most memories one pass archives, and how often the worker runs a pass (seconds);
-# Django settings `AUTOMEMORY_RETENTION_BATCH_SIZE` / `AUTOMEMORY_RETENTION_INTERVAL_SECONDS`.
-RETENTION_BATCH_SIZE = 500
-RETENTION_INTERVAL_SECONDS = 3600
-
 
 def retention_batch_size() -> int:
-    return int(getattr(settings, "AUTOMEMORY_RETENTION_BATCH_SIZE", RETENTION_BATCH_SIZE))
+    """The most memories one pass archives (`AUTOMEMORY_RETENTION_BATCH_SIZE`)."""
+    return int(conf.get("RETENTION_BATCH_SIZE"))
 
 
 def retention_interval_seconds() -> float:
-    return float(
-        getattr(settings, "AUTOMEMORY_RETENTION_INTERVAL_SECONDS", RETENTION_INTERVAL_SECONDS)
-    )
+    """How often a worker runs a pass (`AUTOMEMORY_RETENTION_INTERVAL_SECONDS`)."""
+    return float(conf.get("RETENTION_INTERVAL_SECONDS"))
 
 
 @dataclass
