@@ -485,6 +485,10 @@ class IdentityMemory(models.Model):
                 name="memory_project_active_idx",
                 condition=Q(scope="project", status="active"),
             ),
+            # The console's list of a project's memories: every status, newest first.
+            models.Index(
+                fields=["project", "-created_at", "-id"], name="memory_project_created_idx"
+            ),
             # Retention: a user's active auto memories (`created_by` is the source task's
             # user) by when they were last used, so a pass reads only the stale ones.
             models.Index(
