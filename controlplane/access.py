@@ -83,8 +83,13 @@ def _check(role: str | None, action: str, what: str) -> None:
         raise PermissionDenied(f"Your role ({role}) does not allow {action} on this project.")
 
 
-def _parse_id(value) -> int | None:
-    """A database id from a path segment: ASCII digits only, within a 64-bit key's range."""
+def object_id_parse(value) -> int | None:
+    """A database id from a path segment or form value, else None.
+
+    Only ASCII digits within a positive 64-bit key's range count (not other scripts' digits,
+    signs, spaces, or a number past the column's range), so a lookup with the result never
+    raises: callers treat None as "no such object" and answer 404.
+    """
     text = str(value)
     if not (text.isascii() and text.isdigit()) or len(text) > 19:
         return None
@@ -94,7 +99,7 @@ def _parse_id(value) -> int | None:
 
 def project_get_for(*, user, project_id, action: str = READ) -> Project:
     """The project if the user may perform `action` on it; 404 for non-members, 403 else."""
-    pk = _parse_id(project_id)
+    pk = object_id_parse(project_id)
     project = Project.objects.filter(pk=pk).first() if pk else None
     role = project_role(user=user, project_id=project.pk) if project else None
     _check(role, action, "Project")
@@ -103,7 +108,7 @@ def project_get_for(*, user, project_id, action: str = READ) -> Project:
 
 def task_get_for(*, user, task_id, action: str = READ) -> Task:
     """The task if the user may perform `action` on its project; 404 for non-members, 403 else."""
-    pk = _parse_id(task_id)
+    pk = object_id_parse(task_id)
     task = Task.objects.select_related("project").filter(pk=pk).first() if pk else None
     role = project_role(user=user, project_id=task.project_id) if task else None
     _check(role, action, "Task")
@@ -111,7 +116,7 @@ def task_get_for(*, user, task_id, action: str = READ) -> Task:
 
 
 def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
-    pk = _parse_id(memory_id)
+    pk = object_id_parse(memory_id)
     memory = IdentityMemory.objects.filter(pk=pk).first() if pk else None
     if memory is None:
         raise NotFound("Memory not found.")

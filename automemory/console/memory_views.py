@@ -22,10 +22,10 @@ from automemory.console.memory_forms import (
 )
 from automemory.console.views import access_get
 from controlplane.access import (
-    _parse_id,
     memory_get_for_approve,
     memory_get_for_change,
     memory_get_for_delete,
+    object_id_parse,
     project_get_for,
     project_role,
 )
@@ -54,7 +54,7 @@ def _memory_return_url(memory: IdentityMemory) -> str:
 def _memory_visible(request: HttpRequest, memory_id) -> tuple[IdentityMemory, str | None]:
     """The memory if the user may see it, and their role in its project (None for their own
     user-level memory); 404 otherwise."""
-    pk = _parse_id(memory_id)
+    pk = object_id_parse(memory_id)
     memory = selectors.memory_detail_get(user=request.user, memory_id=pk) if pk else None
     if memory is None:
         raise Http404("Memory not found.")
