@@ -56,6 +56,12 @@ from automemory.models import (
     SweepState,
     TaskAutoMemoryFlags,
 )
+from automemory.services.claims import (
+    SweepClaims,
+    extraction_claims_keep,
+    extraction_claims_release,
+    extraction_claims_take,
+)
 from automemory.services.consolidation import (
     Action,
     Decision,
@@ -508,6 +514,7 @@ def _process_batch(
 
     verdicts: dict[int, _Verdict] = {}
     awaiting_quota: list[Task] = []
+    extractable: list[Task] = []
     for task in tasks:
         prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(user_id=task.user_id)
         verdict = _early_gates(
@@ -526,7 +533,6 @@ def _process_batch(
 
     if awaiting_quota:
         statuses = _quota_statuses({task.user_id for task in awaiting_quota}, now=now)
-        extractable = []
         for task in awaiting_quota:
             prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(user_id=task.user_id)
             status = statuses.get(task.user_id)
@@ -547,20 +553,30 @@ def _process_batch(
                 )
             else:
                 extractable.append(task)
-        calls = SweepModelCalls()
-        _extract_all(
-            extractable,
-            verdicts=verdicts,
-            summary=summary,
-            settings_by_user=settings_by_user,
-            calls=calls,
-        )
-        summary.model_calls += calls.used
-
-    deferred = [task for task in tasks if task.pk not in verdicts]
-    tasks = [task for task in tasks if task.pk in verdicts]
-    summary.deferred += len(deferred)
-    _write_logs(tasks, verdicts=verdicts, logs_by_task=logs_by_task, now=now, force=force)
+    claims = SweepClaims()
+    try:
+        if awaiting_quota:
+            calls = SweepModelCalls()
+            _extract_all(
+                extractable,
+                verdicts=verdicts,
+                summary=summary,
+                settings_by_user=settings_by_user,
+                calls=calls,
+                claims=claims,
+            )
+            summary.model_calls += calls.used
+        # Tasks another sweep answered since this one read them are that sweep's to log;
+        # the rest without a verdict (call cap, claimed elsewhere) wait for the next sweep.
+        deferred = [
+            task for task in tasks if task.pk not in verdicts and task.pk not in claims.answered
+        ]
+        tasks = [task for task in tasks if task.pk in verdicts]
+        summary.deferred += len(deferred)
+        _write_logs(tasks, verdicts=verdicts, logs_by_task=logs_by_task, now=now, force=force)
+    finally:
+        # Whatever happened, once the log rows are written (or could not be).
+        extraction_claims_release(claims)
     summary.scanned += len(tasks)
     for verdict in verdicts.values():
         if verdict.outcome == Outcome.SKIPPED:
@@ -732,21 +748,33 @@ def _extract_all(
     summary: SweepSummary,
     settings_by_user: dict[int, AutoMemorySettings] | None = None,
     calls: SweepModelCalls | None = None,
+    claims: SweepClaims | None = None,
 ):
     """Write each task's memory, or say in `verdicts` why not.
 
     A task whose model call would pass the sweep's cap gets no verdict: it is left, untouched
-    and unlogged, for the next sweep.
+    and unlogged, for the next sweep. So is a task that will call a model and that another
+    sweep holds a claim on (`claims`); one that another sweep answered since this sweep read
+    it goes to `claims.answered`, also without a verdict (that sweep's log row stands).
     """
     private_by_task = private_texts_for(tasks)
     settings_by_user = settings_by_user or {}
     calls = calls if calls is not None else SweepModelCalls()
+    claims = claims if claims is not None else SweepClaims()
+
+    def prefs_of(task: Task) -> AutoMemorySettings:
+        return settings_by_user.get(task.user_id) or AutoMemorySettings(user_id=task.user_id)
+
+    _claim_ahead(tasks, prefs_of=prefs_of, calls=calls, claims=claims)
     for task in tasks:
         private = private_by_task.get(task.pk) or PrivateTexts()
-        prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(user_id=task.user_id)
-        if calls.used + _model_steps(prefs) > calls.limit:
+        prefs = prefs_of(task)
+        steps = _model_steps(prefs)
+        if calls.used + steps > calls.limit:
             # Its calls may not all fit: an extraction paid for now and a consolidation
             # refused would be paid again next sweep. Left whole for the next sweep.
+            continue
+        if steps and not _claimed(task, claims=claims):
             continue
         try:
             _check_verifiable(private)
@@ -796,6 +824,52 @@ def _extract_all(
             summary.superseded += written.superseded_count
         detail = "; ".join(part for part in (draft.note, written.detail) if part)
         verdicts[task.pk] = _Verdict(written.outcome, written.reason, detail, written.memory_id)
+
+
+def _claim_ahead(tasks: list[Task], *, prefs_of, calls: SweepModelCalls, claims: SweepClaims):
+    """Claim, in one go, the tasks that will call a model and that fit under the sweep's
+    call cap (a task the estimate leaves out is claimed on its own if its turn comes)."""
+    planned, room = [], calls.limit - calls.used
+    for task in tasks:
+        steps = _model_steps(prefs_of(task))
+        if not steps:
+            continue
+        if steps > room:
+            break
+        planned.append(task)
+        room -= steps
+    _claims_take(planned, claims=claims)
+
+
+def _claimed(task: Task, *, claims: SweepClaims) -> bool:
+    """Whether this sweep holds `task`'s claim and may call the model for it now."""
+    if task.pk in claims.refused or task.pk in claims.answered:
+        return False
+    if task.pk not in claims.held:
+        _claims_take([task], claims=claims)
+    return task.pk in extraction_claims_keep(claims)
+
+
+def _claims_take(tasks: list[Task], *, claims: SweepClaims) -> None:
+    """Claim `tasks`, then set aside those another sweep answered after this one read them
+    (it took the claim, logged the task and let go before this sweep's claim): paying for
+    them again is what the claim is for."""
+    taken = extraction_claims_take(claims, [task.pk for task in tasks])
+    if not taken:
+        return
+    latest = {
+        task_id: (attempts, last_attempt_at)
+        for task_id, attempts, last_attempt_at in AutoMemoryLog.objects.filter(
+            task_id__in=taken
+        ).values_list("task_id", "attempts", "last_attempt_at")
+    }
+    for task in tasks:
+        if task.pk not in taken:
+            continue
+        read = _log_of(task)
+        seen = (read.attempts, read.last_attempt_at) if read is not None else None
+        if latest.get(task.pk) != seen:
+            claims.answered.add(task.pk)
 
 
 def _model_steps(prefs: AutoMemorySettings) -> int:

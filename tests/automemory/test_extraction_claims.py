@@ -1,0 +1,344 @@
+"""Extraction claims: one sweep at a time calls (and pays) the memory model for a task.
+
+Service-level tests of the claim functions and of the sweep against the fake
+OpenAI-compatible server (tests/automemory/fake_openai.py), and a PostgreSQL test with two
+real sweeping processes.
+"""
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from freezegun import freeze_time
+
+from automemory.models import AutoMemoryLog, AutoMemorySettings, ExtractionClaim, SweepState
+from automemory.services.claims import (
+    SweepClaims,
+    extraction_claims_keep,
+    extraction_claims_release,
+    extraction_claims_take,
+)
+from automemory.services.extractor import GLOBAL_SWEEP, process_auto_memories
+from controlplane.models import (
+    IdentityMemory,
+    MemorySource,
+    Project,
+    Task,
+    TaskStatus,
+    UsageKind,
+    UsageRecord,
+)
+from tests.automemory.fake_openai import FakeOpenAI, Reply, answer, raw_answer
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+MODEL = "gpt-5-mini"
+GOOD = {
+    "worth_remembering": True,
+    "memory": "Run `make test` for the suite; DATABASE_URL switches it to PostgreSQL.",
+    "keywords": ["tests", "postgresql"],
+    "reason": "a command later tasks need",
+}
+NOTHING = {"worth_remembering": False, "memory": "", "keywords": [], "reason": "one-off"}
+TTL = 600
+
+
+def claims_sql(queries) -> list[str]:
+    return [q["sql"] for q in queries if "automemory_extractionclaim" in q["sql"]]
+
+
+def extraction_rows(**filters):
+    return UsageRecord.objects.filter(kind=UsageKind.MEMORY_EXTRACTION, **filters)
+
+
+@pytest.fixture
+def modelled(enable_auto_memory, alice):
+    """Alice's auto memory on, extracting with MODEL."""
+    return enable_auto_memory(alice, extract_model=MODEL)
+
+
+@pytest.fixture
+def tasks(task_factory, project, alice):
+    return [
+        task_factory(
+            project,
+            alice,
+            prompt=f"Document test step {i}\nKeep it short.",
+            completed=True,
+            result_text=f"Wrote docs/testing-{i}.md. " + "`make test` runs pytest. " * 12,
+        )
+        for i in range(3)
+    ]
+
+
+# --- The claim functions ---------------------------------------------------------------------
+
+
+def test_a_free_task_is_claimed_with_the_sweeps_token_and_lifetime(tasks, settings):
+    settings.AUTOMEMORY_EXTRACTION_CLAIM_SECONDS = TTL
+    claims = SweepClaims(label="host-a:1")
+    with freeze_time("2026-03-02 10:00:00"):
+        taken = extraction_claims_take(claims, [task.pk for task in tasks])
+
+        assert taken == {task.pk for task in tasks} == claims.held
+        assert claims.refused == set()
+        rows = list(ExtractionClaim.objects.all())
+        assert {row.token for row in rows} == {claims.token}
+        assert {row.claimed_by for row in rows} == {"host-a:1"}
+        assert {row.expires_at for row in rows} == {timezone.now() + timedelta(seconds=TTL)}
+
+
+def test_claiming_takes_three_statements_whatever_the_number_of_tasks(task_factory, project, alice):
+    many = [task_factory(project, alice, completed=True) for _ in range(12)]
+    for batch in (many[:2], many[2:]):
+        with CaptureQueriesContext(connection) as queries:
+            extraction_claims_take(SweepClaims(), [task.pk for task in batch])
+        assert len(claims_sql(queries.captured_queries)) == 3
+
+
+def test_a_task_another_sweep_holds_is_refused_and_keeps_its_holder(tasks):
+    first, second = SweepClaims(label="a"), SweepClaims(label="b")
+    extraction_claims_take(first, [tasks[0].pk])
+
+    taken = extraction_claims_take(second, [task.pk for task in tasks])
+
+    assert taken == {tasks[1].pk, tasks[2].pk}
+    assert second.refused == {tasks[0].pk}
+    assert ExtractionClaim.objects.get(task=tasks[0]).token == first.token
+
+
+def test_an_expired_claim_is_taken_over_and_its_old_holder_lets_the_task_go(tasks, settings):
+    settings.AUTOMEMORY_EXTRACTION_CLAIM_SECONDS = TTL
+    stalled, later = SweepClaims(label="stalled"), SweepClaims(label="later")
+    with freeze_time("2026-03-02 10:00:00") as clock:
+        extraction_claims_take(stalled, [tasks[0].pk, tasks[1].pk])
+        clock.tick(timedelta(seconds=TTL - 1))
+        assert extraction_claims_take(later, [tasks[0].pk]) == set()  # not expired yet
+        clock.tick(timedelta(seconds=2))
+
+        assert extraction_claims_take(SweepClaims(), [tasks[0].pk]) == {tasks[0].pk}
+        # The stalled sweep wakes up: it renews what it still has, and drops the lost task.
+        assert extraction_claims_keep(stalled) == {tasks[1].pk}
+        assert ExtractionClaim.objects.get(task=tasks[1]).expires_at == timezone.now() + (
+            timedelta(seconds=TTL)
+        )
+
+
+def test_claims_are_renewed_only_when_half_their_lifetime_is_gone(tasks, settings):
+    settings.AUTOMEMORY_EXTRACTION_CLAIM_SECONDS = TTL
+    claims = SweepClaims()
+    with freeze_time("2026-03-02 10:00:00") as clock:
+        extraction_claims_take(claims, [tasks[0].pk])
+        first_expiry = claims.expires_at
+        clock.tick(timedelta(seconds=TTL // 2 - 10))
+        with CaptureQueriesContext(connection) as queries:
+            assert extraction_claims_keep(claims) == {tasks[0].pk}
+        assert queries.captured_queries == []
+        clock.tick(timedelta(seconds=20))
+
+        extraction_claims_keep(claims)
+
+        row = ExtractionClaim.objects.get(task=tasks[0])
+        assert row.expires_at == timezone.now() + timedelta(seconds=TTL) > first_expiry
+
+
+def test_release_deletes_only_the_sweeps_own_claims(tasks):
+    mine, theirs = SweepClaims(), SweepClaims()
+    extraction_claims_take(mine, [tasks[0].pk, tasks[1].pk])
+    extraction_claims_take(theirs, [tasks[2].pk])
+
+    assert extraction_claims_release(mine) == 2
+    assert extraction_claims_release(mine) == 0
+
+    assert list(ExtractionClaim.objects.values_list("task_id", flat=True)) == [tasks[2].pk]
+
+
+def test_a_claim_goes_with_its_task(tasks):
+    extraction_claims_take(SweepClaims(), [tasks[0].pk])
+
+    Task.objects.filter(pk=tasks[0].pk).delete()
+
+    assert not ExtractionClaim.objects.exists()
+
+
+# --- The sweep -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "outcome", "reason"),
+    [
+        (answer(GOOD), "extracted", "new"),
+        (answer(NOTHING), "skipped", "no_durable_signal"),
+        (raw_answer("not json"), "error", "model_output_invalid"),
+    ],
+    ids=["success", "skip", "error"],
+)
+def test_the_sweep_releases_its_claims_once_the_log_is_written(
+    fake_openai, modelled, tasks, alice, reply, outcome, reason
+):
+    fake_openai.respond_with(reply)
+
+    with CaptureQueriesContext(connection) as queries:
+        summary = process_auto_memories(user=alice)
+
+    assert summary.deferred == 0
+    assert {(row.outcome, row.reason) for row in AutoMemoryLog.objects.all()} == {(outcome, reason)}
+    assert AutoMemoryLog.objects.count() == len(tasks)
+    assert not ExtractionClaim.objects.exists()
+    # Claimed in one go for the batch (take over, insert, read back), released in one.
+    statements = claims_sql(queries.captured_queries)
+    assert len(statements) == 4
+    assert statements[-1].startswith("DELETE")
+
+
+def test_a_task_claimed_by_another_sweep_is_left_unlogged_and_taken_once_released(
+    fake_openai, modelled, tasks, alice
+):
+    fake_openai.respond_with(answer(GOOD))
+    elsewhere = SweepClaims(label="other-worker")
+    extraction_claims_take(elsewhere, [tasks[1].pk])
+
+    summary = process_auto_memories()
+
+    assert summary.deferred == 1
+    assert summary.extracted == 2
+    assert not AutoMemoryLog.objects.filter(task=tasks[1]).exists()
+    assert len(fake_openai.completion_requests) == 2
+    # The global cursor waits before it, so the next sweep reads it again.
+    cursor = SweepState.objects.get(name=GLOBAL_SWEEP)
+    assert (cursor.cursor_updated_at, cursor.cursor_task_id) < (tasks[1].updated_at, tasks[1].pk)
+    assert process_auto_memories().deferred == 1  # still held: no call, no log row
+    assert len(fake_openai.completion_requests) == 2
+
+    extraction_claims_release(elsewhere)
+    summary = process_auto_memories()
+
+    assert summary.extracted == 1
+    assert AutoMemoryLog.objects.get(task=tasks[1]).outcome == "extracted"
+    assert len(fake_openai.completion_requests) == 3
+    assert extraction_rows().count() == 3
+    assert not ExtractionClaim.objects.exists()
+
+
+def test_a_dead_sweeps_claim_expires_and_the_task_is_extracted_then(
+    fake_openai, modelled, tasks, alice, settings
+):
+    settings.AUTOMEMORY_EXTRACTION_CLAIM_SECONDS = TTL
+    fake_openai.respond_with(answer(GOOD))
+    with freeze_time(timezone.now()) as clock:
+        # A sweep claimed the task and died before it wrote anything.
+        extraction_claims_take(SweepClaims(label="dead"), [tasks[0].pk])
+        assert process_auto_memories(user=alice).deferred == 1
+        assert not AutoMemoryLog.objects.filter(task=tasks[0]).exists()
+        clock.tick(timedelta(seconds=TTL + 1))
+
+        summary = process_auto_memories(user=alice)
+
+    assert summary.extracted == 1
+    assert AutoMemoryLog.objects.get(task=tasks[0]).outcome == "extracted"
+    assert IdentityMemory.objects.filter(source=MemorySource.AUTO, source_task=tasks[0]).exists()
+    assert extraction_rows(task=tasks[0]).count() == 1
+    assert not ExtractionClaim.objects.exists()
+
+
+def test_no_claim_is_taken_without_a_model(enable_auto_memory, alice, tasks):
+    enable_auto_memory(alice)
+    held = SweepClaims(label="other-worker")
+    extraction_claims_take(held, [tasks[0].pk])
+
+    with CaptureQueriesContext(connection) as queries:
+        summary = process_auto_memories(user=alice)
+
+    assert summary.extracted == len(tasks)
+    assert claims_sql(queries.captured_queries) == []
+    assert list(ExtractionClaim.objects.values_list("token", flat=True)) == [held.token]
+
+
+# --- Two sweeping processes on PostgreSQL ----------------------------------------------------
+
+SWEEPS = (
+    "from django.conf import settings;"
+    "settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 3;"
+    "from automemory.services.extractor import process_auto_memories;"
+    "[process_auto_memories() for _ in range(10)]"
+)
+
+
+def start_sweeps(base_url: str) -> subprocess.Popen:
+    from tests.automemory.test_consolidation_concurrency import database_url
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "LOG_LEVEL": "WARNING",
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "test-key",
+    }
+    code = f"import django; django.setup(); exec({SWEEPS!r})"
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=BASE_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture
+def slow_server():
+    server = FakeOpenAI().start()
+    good = answer(GOOD)
+    server.respond_with(Reply(good.status, good.body, delay=0.3))
+    yield server
+    server.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_sweeping_processes_pay_for_each_task_once(user_factory, slow_server):
+    users = [user_factory(f"sweeper{i}") for i in range(2)]
+    project = Project.objects.create(name="shared", created_by=users[0])
+    for user in users:
+        AutoMemorySettings.objects.create(
+            user=user, generate_memories=True, extract_model=MODEL, monthly_memory_budget_usd=100
+        )
+    now = timezone.now()
+    tasks = []
+    for i in range(16):
+        finished = now - timedelta(hours=2, seconds=i)
+        tasks.append(
+            Task(
+                project=project,
+                user=users[i % 2],
+                prompt=f"Release step {i}\nbody",
+                status=TaskStatus.COMPLETED,
+                started_at=finished - timedelta(minutes=3),
+                finished_at=finished,
+                result_text=f"The release needs step {i} before tagging. " * 8,
+            )
+        )
+    Task.objects.bulk_create(tasks)
+
+    processes = [start_sweeps(slow_server.base_url) for _ in range(2)]
+    for process in processes:
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-3000:]
+
+    logs = {row.task_id: row for row in AutoMemoryLog.objects.all()}
+    assert len(logs) == len(tasks)
+    assert {row.outcome for row in logs.values()} == {"extracted"}
+    # Each task's extraction was asked for and paid once, charged to its user.
+    ledger = extraction_rows()
+    assert Counter(ledger.values_list("task_id", flat=True)) == dict.fromkeys(logs, 1)
+    assert len(slow_server.completion_requests) == ledger.count() == len(tasks)
+    owners = dict(Task.objects.values_list("pk", "user_id"))
+    assert all(owners[row.task_id] == row.user_id for row in ledger)
+    assert not ExtractionClaim.objects.exists()
