@@ -22,21 +22,33 @@ REASON_EXPLANATIONS: dict[str, str] = {
     "spent on memories. It is looked at again when quota is back or the setting is lowered.",
     Reason.QUOTA_CHECK_FAILED: "The quota could not be read, so extraction did not risk "
     "spending it. It is tried again at the next sweep.",
-    Reason.NO_DURABLE_SIGNAL: "The model judged that the task holds nothing worth remembering "
-    "for later tasks.",
-    Reason.ALREADY_KNOWN: "The project already remembers this: consolidation found it in an "
-    "existing memory.",
-    Reason.MODEL_UNAVAILABLE: "The memory model could not be reached. The task is retried "
-    "later (or turn on the deterministic fallback in My settings).",
-    Reason.MEMORY_BUDGET_EXHAUSTED: "This month's memory budget is used up. The task is retried "
-    "next month, or raise the budget in My settings.",
+    Reason.NO_DURABLE_SIGNAL: "Nothing was written: the task holds nothing worth remembering "
+    "for later tasks. Either the memory model judged so (its reason is in the detail) or, "
+    "without a model, the result only repeats the goal and adds nothing to it. It is looked at "
+    "again when the task is continued or your settings change.",
+    Reason.ALREADY_KNOWN: "Nothing was written: the consolidation model found that an existing "
+    "memory of the project (linked) already says what this task taught. It is looked at again "
+    "when the task is continued or your settings change.",
+    Reason.MODEL_UNAVAILABLE: "The memory model could not be used (a timeout, a connection "
+    "error, a rate limit, a server error, or a refused key or model; the detail says which), so "
+    "nothing was written. The task is retried automatically, at growing intervals while the "
+    "model stays away. Turn on the deterministic fallback in My settings to write the plain "
+    "excerpt instead.",
+    Reason.MEMORY_BUDGET_EXHAUSTED: "Your monthly memory budget (what memory model calls may "
+    "cost) is used up, so no model call was made and nothing was written. The task is retried "
+    "at the start of next month (UTC); raise the budget or turn on the deterministic fallback "
+    "in My settings to go on now.",
     Reason.NEW: "A new memory was written from this task.",
-    Reason.SUPERSEDED: "A new memory was written and replaced an older one about the same goal.",
-    Reason.SUPERSEDED_ON_WRITE: "A memory was written but at once replaced by the memory of a "
-    "task on the same goal that finished later.",
-    Reason.MERGED: "What the task taught was merged into an existing memory of the project.",
-    Reason.MODEL_OUTPUT_INVALID: "The model's answer did not have the expected shape, so nothing "
-    "was written. The task is retried at the next sweeps (a few times at most).",
+    Reason.SUPERSEDED: "A new memory was written and replaced older ones: the earlier memory "
+    "of the same goal, or the memories the consolidation model judged it makes obsolete (the "
+    "detail lists them).",
+    Reason.SUPERSEDED_ON_WRITE: "A memory was written but replaced at once: another task with "
+    "the same goal finished later, and its memory stays the active one (the detail names it).",
+    Reason.MERGED: "No new memory: the consolidation model merged what this task taught into an "
+    "existing memory of the project (linked), whose text was rewritten to include it.",
+    Reason.MODEL_OUTPUT_INVALID: "The memory model answered, but not in the expected shape even "
+    "after being asked once to correct it, so nothing was written and the answer was not kept. "
+    "The task is retried at the next sweeps (a few times at most).",
     Reason.ERROR: "An unexpected error stopped the extraction; it is logged for the operator and "
     "the task is retried at the next sweeps (a few times at most).",
 }
