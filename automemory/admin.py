@@ -8,7 +8,13 @@ user", a switch off) says the same and keeps that path.
 
 from django.contrib import admin
 
-from automemory.models import AutoMemoryLog, AutoMemorySettings, SweepState, TaskAutoMemoryFlags
+from automemory.models import (
+    AutoMemoryLog,
+    AutoMemorySettings,
+    ExtractionClaim,
+    SweepState,
+    TaskAutoMemoryFlags,
+)
 from automemory.services.preferences import SETTINGS_FIELDS, flags_set, settings_update
 
 FLAG_FIELDS = ("use_memories", "generate_memories")
@@ -110,6 +116,22 @@ class AutoMemoryLogAdmin(admin.ModelAdmin):
 @admin.register(SweepState)
 class SweepStateAdmin(admin.ModelAdmin):
     list_display = ["name", "cursor_updated_at", "cursor_task_id", "last_sweep_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ExtractionClaim)
+class ExtractionClaimAdmin(admin.ModelAdmin):
+    """Sweeps' claims on tasks while they call the memory model. Read-only; deleting a dead
+    worker's claim frees its task for the next sweep before the claim expires."""
+
+    list_display = ["task", "claimed_by", "claimed_at", "expires_at"]
+    list_select_related = ["task"]
+    search_fields = ["task__id", "claimed_by"]
 
     def has_add_permission(self, request):
         return False

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 from freezegun import freeze_time
 
@@ -165,6 +166,26 @@ def test_a_claim_goes_with_its_task(tasks):
     Task.objects.filter(pk=tasks[0].pk).delete()
 
     assert not ExtractionClaim.objects.exists()
+
+
+def test_operators_see_claims_in_the_admin_and_may_delete_a_dead_workers(
+    client, user_factory, tasks
+):
+    root = user_factory("root", is_staff=True)
+    root.is_superuser = True
+    root.save()
+    client.force_login(root)
+    extraction_claims_take(SweepClaims(label="web-9:4242"), [tasks[0].pk])
+    url = reverse("admin:automemory_extractionclaim_changelist")
+
+    page = client.get(url)
+
+    assert page.status_code == 200
+    assert "web-9:4242" in page.content.decode()
+    delete = reverse("admin:automemory_extractionclaim_delete", args=[tasks[0].pk])
+    assert client.post(delete, {"post": "yes"}).status_code == 302
+    assert not ExtractionClaim.objects.exists()
+    assert client.get(reverse("admin:automemory_extractionclaim_add")).status_code == 403
 
 
 # --- The sweep -------------------------------------------------------------------------------
