@@ -20,6 +20,7 @@ from controlplane.models import (
     TaskFollowup,
     UsageRecord,
 )
+from controlplane.services.audit import audit_record
 from controlplane.services.memories import (
     memory_approve,
     memory_content_validate,
@@ -240,6 +241,24 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
             obj.approved_at = None  # a new text needs a new approval
             obj.approved_by = None
         super().save_model(request, obj, form, change)
+        # The form bypasses the project-owner rule the API applies: staff may act, and what
+        # they did is in the audit log with them as actor (in the admin's own transaction).
+        if not change or form.changed_data:
+            audit_record(
+                action="memory_updated" if change else "memory_created",
+                actor=request.user,
+                target_type="memory",
+                target_id=obj.pk,
+                data={
+                    "via": "admin",
+                    "changed_fields": sorted(form.changed_data),
+                    "scope": obj.scope,
+                    "source": obj.source,
+                    "project_id": obj.project_id,
+                    "status": obj.status,
+                    "instruction_flags": obj.instruction_flags,
+                },
+            )
 
     @admin.action(description="Approve the selected flagged auto memories", permissions=["change"])
     def approve(self, request, queryset) -> None:
