@@ -339,6 +339,12 @@ class ExtractionClaim(models.Model):
     claimed_by = models.CharField(max_length=200)
     claimed_at = models.DateTimeField()
     expires_at = models.DateTimeField()
+    # A paid extraction whose consolidation failed (the task waits): its text and keywords,
+    # kept past the claim's release (the row stays, expired) so the retry does not pay for
+    # the extraction again; used only while the task's `updated_at` is still this one.
+    draft_content = models.TextField(blank=True, default="")
+    draft_keywords = models.JSONField(default=list, blank=True)
+    draft_task_updated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "extraction claim"

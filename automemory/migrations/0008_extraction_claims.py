@@ -28,6 +28,9 @@ class Migration(migrations.Migration):
                 ("claimed_by", models.CharField(max_length=200)),
                 ("claimed_at", models.DateTimeField()),
                 ("expires_at", models.DateTimeField()),
+                ("draft_content", models.TextField(blank=True, default="")),
+                ("draft_keywords", models.JSONField(blank=True, default=list)),
+                ("draft_task_updated_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 "verbose_name": "extraction claim",

@@ -12,6 +12,11 @@ lock is taken, so this works behind a transaction-mode pooler.
 A claim lives `AUTOMEMORY_EXTRACTION_CLAIM_SECONDS`; the sweep renews its claims while it
 works and deletes them (by token) once the tasks' log rows are written, whatever happened.
 A sweep that dies leaves claims that expire, and the next sweep takes the tasks over.
+
+A task whose extraction was paid for but whose consolidation failed keeps its draft (text,
+keywords and the task's `updated_at`) in its row, released by expiring it rather than
+deleting it: the sweep that claims the task next reads the draft back with its claim and
+uses it instead of calling the extraction model again, unless the task changed since.
 """
 
 import logging
@@ -22,12 +27,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db.models import Case, DateTimeField, JSONField, TextField, Value, When
 from django.utils import timezone
 
 from automemory import conf
 from automemory.models import ExtractionClaim
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KeptDraft:
+    """A paid extraction's text and keywords, valid while the task's `updated_at` is this."""
+
+    content: str
+    keywords: list[str]
+    task_updated_at: datetime
 
 
 def claim_holder_label() -> str:
@@ -43,6 +58,12 @@ class SweepClaims:
     token: uuid.UUID = field(default_factory=uuid.uuid4)
     held: set[int] = field(default_factory=set)
     refused: set[int] = field(default_factory=set)
+    # Claimed, but found answered by another sweep since this one read them: left alone.
+    answered: set[int] = field(default_factory=set)
+    # Drafts found in the rows this sweep claimed (kept by an earlier sweep), and those this
+    # sweep keeps for the next one when it releases its claims.
+    found: dict[int, KeptDraft] = field(default_factory=dict)
+    to_keep: dict[int, KeptDraft] = field(default_factory=dict)
     # The earliest expiry among the held claims (None: none held).
     expires_at: datetime | None = None
 
@@ -73,11 +94,14 @@ def extraction_claims_take(claims: SweepClaims, task_ids: Iterable[int]) -> set[
     ExtractionClaim.objects.bulk_create(
         [ExtractionClaim(task_id=task_id, **values) for task_id in wanted], ignore_conflicts=True
     )
-    mine = set(
-        ExtractionClaim.objects.filter(task_id__in=wanted, token=claims.token).values_list(
-            "task_id", flat=True
-        )
+    rows = ExtractionClaim.objects.filter(task_id__in=wanted, token=claims.token).values_list(
+        "task_id", "draft_content", "draft_keywords", "draft_task_updated_at"
     )
+    mine = set()
+    for task_id, content, keywords, task_updated_at in rows:
+        mine.add(task_id)
+        if content and task_updated_at is not None:
+            claims.found[task_id] = KeptDraft(content, list(keywords or []), task_updated_at)
     claims.held |= mine
     claims.refused |= set(wanted) - mine
     if mine:
@@ -114,11 +138,43 @@ def extraction_claims_keep(claims: SweepClaims) -> set[int]:
     return claims.held
 
 
+def extraction_claims_keep_draft(claims: SweepClaims, task_id: int, draft: KeptDraft) -> None:
+    """Have the release keep `draft` in the claim row of `task_id` (held by this sweep)."""
+    if task_id in claims.held:
+        claims.to_keep[task_id] = draft
+
+
 def extraction_claims_release(claims: SweepClaims) -> int:
-    """Delete this sweep's claims (one statement); return how many there were."""
+    """Let go of this sweep's claims; return how many there were.
+
+    One DELETE (by token), and when drafts are to be kept one UPDATE that writes them into
+    their rows and expires those rows, so the next sweep may claim the tasks at once.
+    """
     if not claims.held:
         return 0
-    released, _ = ExtractionClaim.objects.filter(token=claims.token).delete()
+    count = len(claims.held)
+    kept = {task_id: draft for task_id, draft in claims.to_keep.items() if task_id in claims.held}
+    if kept:
+
+        def by_task(values: dict[int, object], output_field) -> Case:
+            whens = [
+                When(task_id=task_id, then=value if isinstance(value, Value) else Value(value))
+                for task_id, value in values.items()
+            ]
+            return Case(*whens, output_field=output_field)
+
+        ExtractionClaim.objects.filter(token=claims.token, task_id__in=list(kept)).update(
+            draft_content=by_task({t: d.content for t, d in kept.items()}, TextField()),
+            draft_keywords=by_task(
+                {t: Value(d.keywords, JSONField()) for t, d in kept.items()}, JSONField()
+            ),
+            draft_task_updated_at=by_task(
+                {t: d.task_updated_at for t, d in kept.items()}, DateTimeField()
+            ),
+            expires_at=timezone.now(),
+        )
+    ExtractionClaim.objects.filter(token=claims.token).exclude(task_id__in=list(kept)).delete()
     claims.held = set()
+    claims.to_keep = {}
     claims.expires_at = None
-    return released
+    return count

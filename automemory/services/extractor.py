@@ -57,8 +57,10 @@ from automemory.models import (
     TaskAutoMemoryFlags,
 )
 from automemory.services.claims import (
+    KeptDraft,
     SweepClaims,
     extraction_claims_keep,
+    extraction_claims_keep_draft,
     extraction_claims_release,
     extraction_claims_take,
 )
@@ -778,8 +780,22 @@ def _extract_all(
             continue
         try:
             _check_verifiable(private)
-            draft = _memory_draft(task, prefs=prefs, calls=calls)
-            written = _extract_one(task, private=private, draft=draft, prefs=prefs, calls=calls)
+            draft, paid = _content_step(task, prefs=prefs, calls=calls, claims=claims)
+            try:
+                written = _extract_one(task, private=private, draft=draft, prefs=prefs, calls=calls)
+            except (
+                ModelCallCapReached,
+                ModelUnavailable,
+                MemoryBudgetExhausted,
+                ModelOutputInvalid,
+            ):
+                # The consolidation step failed; the task waits. Its paid extraction is
+                # kept for the retry, so that is not paid for again.
+                if paid:
+                    extraction_claims_keep_draft(
+                        claims, task.pk, KeptDraft(draft.content, draft.keywords, task.updated_at)
+                    )
+                raise
         except ModelCallCapReached:
             continue
         except NoDurableSignal as exc:
@@ -870,6 +886,23 @@ def _claims_take(tasks: list[Task], *, claims: SweepClaims) -> None:
         seen = (read.attempts, read.last_attempt_at) if read is not None else None
         if latest.get(task.pk) != seen:
             claims.answered.add(task.pk)
+
+
+def _content_step(
+    task: Task, *, prefs: AutoMemorySettings, calls: SweepModelCalls, claims: SweepClaims
+) -> tuple[MemoryDraft, bool]:
+    """The task's draft (`_memory_draft`), and whether the extraction model wrote it.
+
+    A draft an earlier sweep kept in the task's claim row (its extraction was paid, its
+    consolidation failed) is used without a call while the task is unchanged since.
+    """
+    model = (prefs.extract_model or "").strip()
+    kept = claims.found.get(task.pk)
+    if model and kept is not None and kept.task_updated_at == task.updated_at:
+        note = "extraction kept from an earlier sweep"
+        return MemoryDraft(kept.content, list(kept.keywords), note=note), True
+    draft = _memory_draft(task, prefs=prefs, calls=calls)
+    return draft, bool(model) and not draft.note
 
 
 def _model_steps(prefs: AutoMemorySettings) -> int:

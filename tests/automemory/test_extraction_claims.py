@@ -36,7 +36,7 @@ from controlplane.models import (
     UsageKind,
     UsageRecord,
 )
-from tests.automemory.fake_openai import FakeOpenAI, Reply, answer, raw_answer
+from tests.automemory.fake_openai import FakeOpenAI, Reply, answer, http_error, raw_answer
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 MODEL = "gpt-5-mini"
@@ -279,6 +279,101 @@ def test_no_claim_is_taken_without_a_model(enable_auto_memory, alice, tasks):
     assert summary.extracted == len(tasks)
     assert claims_sql(queries.captured_queries) == []
     assert list(ExtractionClaim.objects.values_list("token", flat=True)) == [held.token]
+
+
+# --- A paid extraction kept for the retry -----------------------------------------------------
+
+CONSOLIDATOR = "fake-consolidator"
+DEPLOY = {
+    "worth_remembering": True,
+    "memory": "The deploy script ops/deploy.sh fails unless the staging flag is set.",
+    "keywords": ["deploy", "staging"],
+    "reason": "a pitfall",
+}
+ADD = answer({"action": "add", "memory_id": None, "memory_ids": [], "text": "", "reason": "new"})
+
+
+@pytest.fixture
+def deploy_task(task_factory, project, alice, enable_auto_memory):
+    """A similar active memory first (so consolidation calls its model), then the task."""
+    enable_auto_memory(alice)
+    task_factory(
+        project,
+        alice,
+        prompt="Document the deploy script",
+        completed=True,
+        finished_ago=timedelta(hours=3),
+        result_text="The deploy script lives in ops/deploy.sh and needs the staging flag. " * 5,
+    )
+    process_auto_memories(user=alice)
+    enable_auto_memory(alice, extract_model=MODEL, consolidation_model=CONSOLIDATOR)
+    return task_factory(
+        project,
+        alice,
+        prompt="Fix the staging deploy",
+        completed=True,
+        finished_ago=timedelta(hours=2),
+        result_text="The deploy script ops/deploy.sh fails without the staging flag set. " * 5,
+    )
+
+
+def models_asked(server) -> list[str]:
+    return [request.body["model"] for request in server.completion_requests]
+
+
+def test_a_paid_extraction_whose_consolidation_failed_is_not_paid_again(
+    fake_openai, deploy_task, alice
+):
+    fake_openai.enqueue(answer(DEPLOY), http_error(500))
+
+    process_auto_memories(user=alice)
+
+    assert AutoMemoryLog.objects.get(task=deploy_task).reason == "model_unavailable"
+    kept = ExtractionClaim.objects.get(task=deploy_task)
+    assert kept.draft_content == DEPLOY["memory"]
+    assert kept.draft_keywords == DEPLOY["keywords"]
+    assert kept.expires_at <= timezone.now()  # released: any sweep may claim the task
+    fake_openai.enqueue(ADD)
+
+    summary = process_auto_memories(user=alice)
+
+    assert summary.extracted == 1
+    assert models_asked(fake_openai) == [MODEL, CONSOLIDATOR, CONSOLIDATOR]
+    assert extraction_rows(task=deploy_task).count() == 1
+    memory = IdentityMemory.objects.get(source=MemorySource.AUTO, source_task=deploy_task)
+    assert memory.content == DEPLOY["memory"]
+    assert memory.keywords == DEPLOY["keywords"]
+    assert (
+        "extraction kept from an earlier sweep"
+        in AutoMemoryLog.objects.get(task=deploy_task).detail
+    )
+    assert not ExtractionClaim.objects.exists()
+
+
+def test_a_kept_extraction_is_discarded_when_the_task_changed(fake_openai, deploy_task, alice):
+    fake_openai.enqueue(answer(DEPLOY), http_error(500))
+    process_auto_memories(user=alice)
+    # A continuation completed the task again: what it remembers may have changed.
+    Task.objects.filter(pk=deploy_task.pk).update(updated_at=timezone.now())
+    newer = {**DEPLOY, "memory": "Set the staging flag before running ops/deploy.sh."}
+    fake_openai.enqueue(answer(newer), ADD)
+
+    process_auto_memories(user=alice)
+
+    assert models_asked(fake_openai) == [MODEL, CONSOLIDATOR, MODEL, CONSOLIDATOR]
+    assert extraction_rows(task=deploy_task).count() == 2
+    memory = IdentityMemory.objects.get(source=MemorySource.AUTO, source_task=deploy_task)
+    assert memory.content == newer["memory"]
+    assert not ExtractionClaim.objects.exists()
+
+
+def test_an_invalid_extraction_keeps_nothing(fake_openai, deploy_task, alice):
+    fake_openai.enqueue(raw_answer("not json"), raw_answer("still not json"))
+
+    process_auto_memories(user=alice)
+
+    assert AutoMemoryLog.objects.get(task=deploy_task).reason == "model_output_invalid"
+    assert not ExtractionClaim.objects.exists()
 
 
 # --- Two sweeping processes on PostgreSQL ----------------------------------------------------
