@@ -170,9 +170,25 @@ def test_two_consolidating_sweeps_keep_one_memory_per_task_and_one_active_per_go
         ("extracted", "merged"),
         ("skipped", "already_known"),
     }, outcomes
-    # Every decision type was applied.
+    # Each task ends as its scripted answer says, or (when the other sweep retired the memory
+    # the answer names in between) as a new memory whose detail says the answer was not
+    # applied. Which of the two happens depends on timing; the invariants below do not.
+    scripted = {
+        task.pk: next(a for a in ACTIONS if f"ACTION-{a} " in task.result_text) for task in tasks
+    }
+    applied = {
+        "add": {"new", "superseded", "superseded_on_write"},
+        "supersede": {"superseded", "superseded_on_write"},
+        "update": {"merged"},
+        "noop": {"already_known"},
+    }
+    for task_id, row in logs.items():
+        action = scripted[task_id]
+        if row.reason not in applied[action]:
+            assert "not applied" in row.detail, (action, row.reason, row.detail)
     reasons = {reason for _, reason in outcomes}
-    assert {"new", "superseded", "merged", "already_known"} <= reasons, outcomes
+    assert {"merged", "already_known"} <= reasons, outcomes
+    assert reasons & {"superseded", "superseded_on_write"}, outcomes
 
     auto = IdentityMemory.objects.filter(source="auto")
     # One memory per task: a task made one memory, or was merged into one, or neither (noop).
@@ -194,8 +210,12 @@ def test_two_consolidating_sweeps_keep_one_memory_per_task_and_one_active_per_go
     assert set(active.values()) == {1}
     for memory in auto.filter(status="superseded"):
         assert memory.superseded_by_id is not None
-    # A `supersede` answer retired a memory of another goal (the same-goal rule never does).
-    assert auto.filter(status="superseded").exclude(goal_key=F("superseded_by__goal_key")).exists()
+    # A `supersede` answer that was applied retired a memory of another goal (the same-goal
+    # rule never does).
+    if any(scripted[t] == "supersede" and r.reason == "superseded" for t, r in logs.items()):
+        assert (
+            auto.filter(status="superseded").exclude(goal_key=F("superseded_by__goal_key")).exists()
+        )
     # Every consolidation call is one ledger row, charged to the task's user.
     ledger = UsageRecord.objects.filter(kind=UsageKind.MEMORY_CONSOLIDATION)
     assert ledger.count() == len(deciding_server.completion_requests) > 0
