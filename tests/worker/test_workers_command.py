@@ -154,7 +154,6 @@ def test_a_killed_worker_turns_stale_and_its_counters_reach_the_api_scrape(
         timeout=60,
         message=worker_processes.logs(),
     )
-
     listed = rows(_manage(shared_db.url, "workers"))
     assert listed["w-proc"][1] == "alive"
     assert listed["w-proc"][4] == str(proc.pid)
@@ -164,14 +163,33 @@ def test_a_killed_worker_turns_stale_and_its_counters_reach_the_api_scrape(
         "from django.test import Client; "
         "print(Client().get('/metrics', REMOTE_ADDR='127.0.0.1').content.decode())"
     )
-    text = _manage(
-        shared_db.url, "shell", "--no-imports", "-c", scrape, env={**shared, "METRICS_ENABLED": "1"}
-    )
-    scraped = {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+
+    def scraped_now() -> dict:
+        text = _manage(
+            shared_db.url,
+            "shell",
+            "--no-imports",
+            "-c",
+            scrape,
+            env={**shared, "METRICS_ENABLED": "1"},
+        )
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+
+    # The round that completed the last task ends with a sweep, which counts itself after the
+    # task's counters: scrape until it is there.
+    sweeps = ("automemory_sweeps_total", (("scope", "all"),))
+    scraped: dict = {}
+
+    def sweep_counted() -> bool:
+        scraped.clear()
+        scraped.update(scraped_now())
+        return scraped.get(sweeps, 0) >= 1
+
+    wait_for(sweep_counted, timeout=60, message=worker_processes.logs())
     assert scraped[("worker_task_claims_total", (("executor", "echo"),))] == 3
     assert scraped[("worker_task_completions_total", (("executor", "echo"),))] == 3
     assert scraped[("automemory_sweeps_total", (("scope", "all"),))] >= 1
