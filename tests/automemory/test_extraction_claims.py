@@ -382,7 +382,8 @@ SWEEPS = (
     "from django.conf import settings;"
     "settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 3;"
     "from automemory.services.extractor import process_auto_memories;"
-    "[process_auto_memories() for _ in range(10)]"
+    "summaries = [process_auto_memories() for _ in range(10)];"
+    "print(sum(summary.extracted for summary in summaries))"
 )
 
 
@@ -444,9 +445,13 @@ def test_two_sweeping_processes_pay_for_each_task_once(user_factory, slow_server
     Task.objects.bulk_create(tasks)
 
     processes = [start_sweeps(slow_server.base_url) for _ in range(2)]
+    extracted_by = []
     for process in processes:
-        _, err = process.communicate(timeout=300)
+        out, err = process.communicate(timeout=300)
         assert process.returncode == 0, err[-3000:]
+        extracted_by.append(int(out.split()[-1]))
+    # Both sweeping processes did part of the work: they ran at the same time.
+    assert sum(extracted_by) == len(tasks) and min(extracted_by) > 0, extracted_by
 
     logs = {row.task_id: row for row in AutoMemoryLog.objects.all()}
     assert len(logs) == len(tasks)
