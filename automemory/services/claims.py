@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import DatabaseError, transaction
 from django.db.models import Case, DateTimeField, JSONField, TextField, Value, When
 from django.utils import timezone
 
@@ -64,6 +65,9 @@ class SweepClaims:
     # sweep keeps for the next one when it releases its claims.
     found: dict[int, KeptDraft] = field(default_factory=dict)
     to_keep: dict[int, KeptDraft] = field(default_factory=dict)
+    # Whether this sweep tried to claim anything (its release then deletes by token even
+    # when it knows of no row it holds: a failed claim may have written some).
+    touched: bool = False
     # The earliest expiry among the held claims (None: none held).
     expires_at: datetime | None = None
 
@@ -78,6 +82,9 @@ def extraction_claims_take(claims: SweepClaims, task_ids: Iterable[int]) -> set[
     Three statements whatever the number of tasks: take over the expired claims among them,
     insert the missing ones (a conflict is another sweep's claim), read back which carry
     this sweep's token. A task held by a live claim of another sweep goes to `refused`.
+    Rows are locked in task order, and an expired row another sweep is taking over at the
+    same moment is skipped (`SKIP LOCKED` on PostgreSQL), so two sweeps never wait on each
+    other in a cycle. A database error leaves the tasks refused (they wait for a later sweep).
     """
     wanted = sorted({task_id for task_id in task_ids if task_id not in claims.held})
     if not wanted:
@@ -90,13 +97,33 @@ def extraction_claims_take(claims: SweepClaims, task_ids: Iterable[int]) -> set[
         "claimed_at": now,
         "expires_at": expires_at,
     }
-    ExtractionClaim.objects.filter(task_id__in=wanted, expires_at__lt=now).update(**values)
-    ExtractionClaim.objects.bulk_create(
-        [ExtractionClaim(task_id=task_id, **values) for task_id in wanted], ignore_conflicts=True
+    expired = (
+        ExtractionClaim.objects.filter(task_id__in=wanted, expires_at__lt=now)
+        .order_by("task_id")
+        .select_for_update(skip_locked=True)
+        .values("task_id")
     )
-    rows = ExtractionClaim.objects.filter(task_id__in=wanted, token=claims.token).values_list(
-        "task_id", "draft_content", "draft_keywords", "draft_task_updated_at"
-    )
+    claims.touched = True
+    try:
+        with transaction.atomic():  # one statement; FOR UPDATE needs a transaction
+            ExtractionClaim.objects.filter(task_id__in=expired, expires_at__lt=now).update(**values)
+        ExtractionClaim.objects.bulk_create(
+            [ExtractionClaim(task_id=task_id, **values) for task_id in wanted],
+            ignore_conflicts=True,
+        )
+        rows = list(
+            ExtractionClaim.objects.filter(task_id__in=wanted, token=claims.token).values_list(
+                "task_id", "draft_content", "draft_keywords", "draft_task_updated_at"
+            )
+        )
+    except DatabaseError:
+        logger.warning(
+            "auto memory: tasks %s could not be claimed; left for a later sweep",
+            wanted,
+            exc_info=True,
+        )
+        claims.refused |= set(wanted)
+        return set()
     mine = set()
     for task_id, content, keywords, task_updated_at in rows:
         mine.add(task_id)
@@ -150,7 +177,7 @@ def extraction_claims_release(claims: SweepClaims) -> int:
     One DELETE (by token), and when drafts are to be kept one UPDATE that writes them into
     their rows and expires those rows, so the next sweep may claim the tasks at once.
     """
-    if not claims.held:
+    if not claims.held and not claims.touched:
         return 0
     count = len(claims.held)
     kept = {task_id: draft for task_id, draft in claims.to_keep.items() if task_id in claims.held}
@@ -177,4 +204,5 @@ def extraction_claims_release(claims: SweepClaims) -> int:
     claims.held = set()
     claims.to_keep = {}
     claims.expires_at = None
+    claims.touched = False
     return count
