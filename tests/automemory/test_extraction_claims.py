@@ -8,12 +8,13 @@ real sweeping processes.
 import os
 import subprocess
 import sys
+import threading
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
@@ -129,6 +130,40 @@ def test_an_expired_claim_is_taken_over_and_its_old_holder_lets_the_task_go(task
         assert ExtractionClaim.objects.get(task=tasks[1]).expires_at == timezone.now() + (
             timedelta(seconds=TTL)
         )
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_expired_claim_another_sweep_is_taking_over_is_skipped_not_waited_for(
+    task_factory, project, alice, settings
+):
+    settings.AUTOMEMORY_EXTRACTION_CLAIM_SECONDS = TTL
+    busy, free = (task_factory(project, alice, completed=True) for _ in range(2))
+    dead = SweepClaims(label="dead")
+    extraction_claims_take(dead, [busy.pk, free.pk])
+    ExtractionClaim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    locked, finish = threading.Event(), threading.Event()
+
+    def taking_over_elsewhere():
+        try:
+            with transaction.atomic():
+                list(ExtractionClaim.objects.select_for_update().filter(task=busy))
+                locked.set()
+                finish.wait(30)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=taking_over_elsewhere)
+    other.start()
+    try:
+        assert locked.wait(10)
+        claims = SweepClaims(label="live")
+        # Had it waited for the lock, it would have taken both once the other let go.
+        assert extraction_claims_take(claims, [busy.pk, free.pk]) == {free.pk}
+        assert claims.refused == {busy.pk}
+    finally:
+        finish.set()
+        other.join(10)
 
 
 def test_claims_are_renewed_only_when_half_their_lifetime_is_gone(tasks, settings):
