@@ -1,4 +1,6 @@
-from automemory.checks import automemory_settings_check
+import pytest
+
+from automemory.checks import POSITIVE_INTEGERS, automemory_settings_check
 from controlplane.models import MemoryStatus
 
 
@@ -24,6 +26,15 @@ def test_limits_must_be_positive_integers(settings):
     settings.AUTOMEMORY_SWEEP_BATCH_SIZE = 0
     settings.AUTOMEMORY_INJECT_USER_LIMIT = "5"
     assert ids() == ["automemory.E003", "automemory.E003"]
+
+
+@pytest.mark.parametrize("name", POSITIVE_INTEGERS)
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "10", None])
+def test_every_count_and_duration_setting_is_checked(settings, name, bad):
+    setattr(settings, f"AUTOMEMORY_{name}", bad)
+    problems = automemory_settings_check()
+    assert [problem.id for problem in problems] == ["automemory.E003"]
+    assert f"AUTOMEMORY_{name}" in problems[0].msg
 
 
 def summarise(task):
