@@ -874,17 +874,27 @@ def _claims_take(tasks: list[Task], *, claims: SweepClaims) -> None:
     if not taken:
         return
     latest = {
-        task_id: (attempts, last_attempt_at)
-        for task_id, attempts, last_attempt_at in AutoMemoryLog.objects.filter(
+        task_id: (attempts, last_attempt_at, outcome)
+        for task_id, attempts, last_attempt_at, outcome in AutoMemoryLog.objects.filter(
             task_id__in=taken
-        ).values_list("task_id", "attempts", "last_attempt_at")
+        ).values_list("task_id", "attempts", "last_attempt_at", "outcome")
     }
+    # A task that reaches extraction has no memory and no `extracted` log row (those go to
+    # the retraction check): either now means another sweep wrote its memory meanwhile.
+    linked = set(
+        MemorySourceTask.objects.filter(task_id__in=taken).values_list("task_id", flat=True)
+    )
     for task in tasks:
         if task.pk not in taken:
             continue
         read = _log_of(task)
-        seen = (read.attempts, read.last_attempt_at) if read is not None else None
-        if latest.get(task.pk) != seen:
+        seen = (read.attempts, read.last_attempt_at, read.outcome) if read is not None else None
+        now_logged = latest.get(task.pk)
+        if (
+            task.pk in linked
+            or now_logged != seen
+            or (now_logged is not None and now_logged[2] == Outcome.EXTRACTED)
+        ):
             claims.answered.add(task.pk)
 
 
