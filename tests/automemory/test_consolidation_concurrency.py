@@ -6,16 +6,11 @@ request from what it is shown: the new memory's text names the action wanted (`a
 """
 
 import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
@@ -32,8 +27,8 @@ from controlplane.models import (
     UsageRecord,
 )
 from tests.automemory.fake_openai import COMPLETIONS_PATH, FakeOpenAI, RecordedRequest, answer
+from tests.automemory.processes import sweeping_process_start
 
-BASE_DIR = Path(__file__).resolve().parents[2]
 MODEL = "fake-consolidator"
 ACTIONS = ("add", "update", "supersede", "noop")
 SWEEPS = (
@@ -84,32 +79,8 @@ def decide(body):
     )
 
 
-def database_url() -> str:
-    s = connection.settings_dict
-    auth = quote(s["USER"] or "")
-    if s.get("PASSWORD"):
-        auth += ":" + quote(s["PASSWORD"])
-    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
 def start_sweeps(base_url: str) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "LOG_LEVEL": "WARNING",
-        "OPENAI_BASE_URL": base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    code = f"import django; django.setup(); exec({SWEEPS!r})"
-    return subprocess.Popen(
-        [sys.executable, "-c", code],
-        cwd=BASE_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return sweeping_process_start(base_url, SWEEPS)
 
 
 @pytest.fixture

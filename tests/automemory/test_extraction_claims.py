@@ -5,13 +5,10 @@ OpenAI-compatible server (tests/automemory/fake_openai.py), and a PostgreSQL tes
 real sweeping processes.
 """
 
-import os
 import subprocess
-import sys
 import threading
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.db import connection, transaction
@@ -38,8 +35,8 @@ from controlplane.models import (
     UsageRecord,
 )
 from tests.automemory.fake_openai import FakeOpenAI, Reply, answer, http_error, raw_answer
+from tests.automemory.processes import sweeping_process_start
 
-BASE_DIR = Path(__file__).resolve().parents[2]
 MODEL = "gpt-5-mini"
 GOOD = {
     "worth_remembering": True,
@@ -423,25 +420,7 @@ SWEEPS = (
 
 
 def start_sweeps(base_url: str) -> subprocess.Popen:
-    from tests.automemory.test_consolidation_concurrency import database_url
-
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "LOG_LEVEL": "WARNING",
-        "OPENAI_BASE_URL": base_url,
-        "OPENAI_API_KEY": "test-key",
-    }
-    code = f"import django; django.setup(); exec({SWEEPS!r})"
-    return subprocess.Popen(
-        [sys.executable, "-c", code],
-        cwd=BASE_DIR,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return sweeping_process_start(base_url, SWEEPS)
 
 
 @pytest.fixture
