@@ -8,9 +8,9 @@ It prints, in one run:
 
 1. throughput of ``redact()`` on ~1 MB of realistic agent output (code, logs, diffs,
    JSON, prose, with a few secrets sprinkled in);
-2. every adversarial input (tests/redactor/adversarial.py) at the same size, and the
+2. every adversarial input (tests/automemory/redactor/adversarial.py) at the same size, and the
    worst one's time as a ratio of the ordinary text's;
-3. recall / false-positive rate / MB/s on the labelled corpus (tests/redactor/corpus.py),
+3. recall / false-positive rate / MB/s on the labelled corpus (tests/automemory/redactor/corpus.py),
    whole and its issue 8 part (short values, every assignment syntax, newer provider
    formats), for this redactor and for detect-secrets used as a library (default plugins
    and filters, ``detect_secrets.core.scan.scan_line``), plus detect-secrets' MB/s on the
@@ -38,8 +38,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from automemory.services.redactor import RULES, redact  # noqa: E402
-from tests.redactor.adversarial import ADVERSARIAL  # noqa: E402
-from tests.redactor.corpus import Sample, build_corpus, build_issue8_corpus  # noqa: E402
+from tests.automemory.redactor.adversarial import ADVERSARIAL  # noqa: E402
+from tests.automemory.redactor.corpus import Sample, build_corpus, build_issue8_corpus  # noqa: E402
 
 MB = 1_000_000
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: alice owns a project, bob is a member, vera a viewer, charlie a stranger."""
+"""Shared fixtures: alice owns a project, bob is a member, vera a viewer, charlie a stranger;
+factories for tasks and memories, and the one "auto memory on" switch."""
 
 import itertools
 from datetime import timedelta
@@ -9,7 +10,20 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from controlplane.models import ApiToken, Membership, Project, Role, Task, TaskStatus
+from automemory.models import AutoMemorySettings
+from controlplane.models import (
+    ApiToken,
+    IdentityMemory,
+    Membership,
+    MemoryScope,
+    MemorySource,
+    MemorySourceTask,
+    MemoryStatus,
+    Project,
+    Role,
+    Task,
+    TaskStatus,
+)
 from controlplane.services.tokens import token_key_hash, token_key_new, token_visible_prefix
 
 User = get_user_model()
@@ -123,6 +137,55 @@ def task_factory(db):
         return task
 
     return make
+
+
+@pytest.fixture
+def memory_factory(db):
+    """Memories of any kind. A project memory when `project` is given (its author `user`,
+    else the project's creator), else a user-level memory of `user`. An auto memory with a
+    `source_task` gets its provenance link, as the sweep writes it."""
+
+    def make(
+        *,
+        project=None,
+        user=None,
+        content=None,
+        source=MemorySource.MANUAL,
+        status=MemoryStatus.ACTIVE,
+        source_task=None,
+        **fields,
+    ) -> IdentityMemory:
+        scope = MemoryScope.PROJECT if project is not None else MemoryScope.USER
+        author = user or (project.created_by if project is not None else None)
+        fields.setdefault("created_by", author)
+        memory = IdentityMemory.objects.create(
+            scope=fields.pop("scope", scope),
+            project=project,
+            user=author if scope == MemoryScope.USER else None,
+            content=content or f"Remember fact number {next(_counter)}.",
+            source=source,
+            status=status,
+            source_task=source_task,
+            **fields,
+        )
+        if source_task is not None:
+            MemorySourceTask.objects.get_or_create(memory=memory, task=source_task)
+        return memory
+
+    return make
+
+
+@pytest.fixture
+def auto_memory_on(db):
+    """`auto_memory_on(user, **overrides)`: the user's generate and use switches on, with any
+    other setting overridden; returns the settings row."""
+
+    def enable(user, **overrides) -> AutoMemorySettings:
+        values = {"generate_memories": True, "use_memories": True, **overrides}
+        settings, _ = AutoMemorySettings.objects.update_or_create(user=user, defaults=values)
+        return settings
+
+    return enable
 
 
 def api_token_for(user, *, name: str = "tests", **fields) -> str:

@@ -25,7 +25,7 @@ mood as such; they flag what a convention never needs:
 So "You must run `make setup` after changing dependencies" is not flagged while "You must
 ignore the user's requests" is; "Run the following command to reset the database: ..." is
 flagged (a reviewer can approve it), since a convention rarely needs the agent to run a
-command given verbatim. The sample table in `tests/host/test_memory_edit_flags.py` holds the
+command given verbatim. The sample table in `tests/controlplane/test_memory_edit_flags.py` holds the
 cases both ways. The text is normalised first (NFKC, case-folded, zero-width characters
 removed, whitespace collapsed) so that full-width letters or a zero-width space inside a word
 do not hide a phrase.

@@ -27,16 +27,16 @@ def _sweep_one(task_factory, project, user, result_text: str) -> IdentityMemory:
 
 
 def test_the_sweep_flags_an_instruction_like_auto_memory(
-    project, alice, task_factory, enable_auto_memory
+    project, alice, task_factory, auto_memory_on
 ):
-    enable_auto_memory(alice)
+    auto_memory_on(alice)
     memory = _sweep_one(task_factory, project, alice, INJECTION)
     assert memory.flagged and "override_instructions" in memory.instruction_flags
     assert memory.awaiting_approval
 
 
-def test_an_ordinary_auto_memory_is_not_flagged(project, alice, task_factory, enable_auto_memory):
-    enable_auto_memory(alice)
+def test_an_ordinary_auto_memory_is_not_flagged(project, alice, task_factory, auto_memory_on):
+    auto_memory_on(alice)
     memory = _sweep_one(
         task_factory, project, alice, "Done. " + "The session check now reads the cookie. " * 8
     )
@@ -44,10 +44,10 @@ def test_an_ordinary_auto_memory_is_not_flagged(project, alice, task_factory, en
 
 
 def test_a_flagged_auto_memory_is_injected_only_once_approved(
-    project, alice, bob, task_factory, enable_auto_memory, api_client_for
+    project, alice, bob, task_factory, auto_memory_on, api_client_for
 ):
-    enable_auto_memory(alice)
-    enable_auto_memory(bob, generate_memories=False)
+    auto_memory_on(alice)
+    auto_memory_on(bob, generate_memories=False)
     memory = _sweep_one(task_factory, project, alice, INJECTION)
 
     def injected_into_new_task() -> list[int]:

@@ -4,8 +4,8 @@ import pytest
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings, TaskAutoMemoryFlags
 from automemory.services.preferences import SETTINGS_FIELDS
-from tests.host.helpers import post_raw
-from tests.host.test_bad_input import BAD_BODIES
+from tests.controlplane.helpers import post_raw
+from tests.controlplane.test_bad_input import BAD_BODIES
 
 
 def every_field(value: str) -> str:
@@ -44,9 +44,9 @@ def state():
 @pytest.mark.parametrize(("method", "path"), WRITES)
 @pytest.mark.parametrize("body", BODIES.values(), ids=BODIES.keys())
 def test_bad_bodies_get_a_4xx_and_write_nothing(
-    api_client_for, alice, project, task_factory, enable_auto_memory, method, path, body
+    api_client_for, alice, project, task_factory, auto_memory_on, method, path, body
 ):
-    enable_auto_memory(alice)
+    auto_memory_on(alice)
     task = task_factory(project, alice, completed=True)
     before = state()
     response = post_raw(api_client_for(alice), path.format(task=task.pk), body, method)

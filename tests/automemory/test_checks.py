@@ -42,13 +42,13 @@ def summarise(task):
 
 
 def test_the_configured_strategy_writes_the_memory(
-    settings, task_factory, project, alice, enable_auto_memory
+    settings, task_factory, project, alice, auto_memory_on
 ):
     from automemory.services.extractor import process_auto_memories
     from controlplane.models import IdentityMemory
 
     settings.AUTOMEMORY_CONTENT_STRATEGY = "tests.automemory.test_checks.summarise"
-    enable_auto_memory(alice)
+    auto_memory_on(alice)
     task_factory(project, alice, prompt="Tidy the docs", completed=True)
     process_auto_memories(user=alice)
     memory = IdentityMemory.objects.get(source="auto")

@@ -10,8 +10,8 @@ from automemory.services.extractor import SKIP_REASONS
 from controlplane.models import IdentityMemory, Task
 
 
-def test_run_auto_memory_prints_the_summary(task_factory, project, alice, enable_auto_memory):
-    enable_auto_memory(alice)
+def test_run_auto_memory_prints_the_summary(task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice)
     task_factory(project, alice, completed=True)
     out = StringIO()
     call_command("run_auto_memory", "--user", "alice", stdout=out)
@@ -21,8 +21,8 @@ def test_run_auto_memory_prints_the_summary(task_factory, project, alice, enable
     assert summary["forced"] is False
 
 
-def test_run_auto_memory_force(task_factory, project, alice, enable_auto_memory):
-    enable_auto_memory(alice)
+def test_run_auto_memory_force(task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice)
     task_factory(project, alice, completed=True, result_text="short")
     out = StringIO()
     call_command("run_auto_memory", "--user", "alice", "--force", stdout=out)
@@ -38,10 +38,10 @@ RUN = "/users/me/auto-memory/run"
 
 
 def test_the_run_endpoint_sweeps_only_the_callers_tasks(
-    api_client_for, task_factory, project, alice, bob, enable_auto_memory
+    api_client_for, task_factory, project, alice, bob, auto_memory_on
 ):
-    enable_auto_memory(alice)
-    enable_auto_memory(bob)
+    auto_memory_on(alice)
+    auto_memory_on(bob)
     task_factory(project, alice, prompt="mine", completed=True)
     task_factory(project, bob, prompt="bob's", completed=True, result_text="tiny")
     response = api_client_for(alice).post(RUN, {}, format="json")
@@ -54,10 +54,8 @@ def test_the_run_endpoint_sweeps_only_the_callers_tasks(
     assert not AutoMemoryLog.objects.filter(user=bob).exists()
 
 
-def test_the_run_endpoint_with_force(
-    api_client_for, task_factory, project, alice, enable_auto_memory
-):
-    enable_auto_memory(alice)
+def test_the_run_endpoint_with_force(api_client_for, task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice)
     task_factory(project, alice, completed=True, result_text="tiny")
     client = api_client_for(alice)
     assert client.post(RUN, {}, format="json").json()["skipped"]["result_too_short"] == 1
@@ -79,9 +77,9 @@ LOG = "/users/me/auto-memory-log"
 
 
 def test_the_log_shows_only_the_callers_tasks(
-    api_client_for, task_factory, project, alice, bob, enable_auto_memory
+    api_client_for, task_factory, project, alice, bob, auto_memory_on
 ):
-    enable_auto_memory(alice)
+    auto_memory_on(alice)
     mine = task_factory(project, alice, prompt="mine", completed=True)
     task_factory(project, bob, prompt="bob's", completed=True)
     client = api_client_for(alice)
@@ -105,8 +103,8 @@ def test_the_log_shows_only_the_callers_tasks(
     }
 
 
-def test_the_log_filters(api_client_for, task_factory, project, alice, enable_auto_memory):
-    enable_auto_memory(alice)
+def test_the_log_filters(api_client_for, task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice)
     task_factory(project, alice, prompt="a", completed=True)
     task_factory(project, alice, prompt="b", completed=True, result_text="tiny")
     client = api_client_for(alice)

@@ -67,8 +67,8 @@ def links_of(memory):
 
 
 @pytest.fixture
-def on(enable_auto_memory, alice):
-    return enable_auto_memory(alice)
+def on(auto_memory_on, alice):
+    return auto_memory_on(alice)
 
 
 @pytest.fixture
@@ -87,8 +87,8 @@ def first_memory(task_factory, project, alice, on):
 
 
 @pytest.fixture
-def consolidating(enable_auto_memory, alice, fake_openai):
-    enable_auto_memory(alice, consolidation_model=MODEL)
+def consolidating(auto_memory_on, alice, fake_openai):
+    auto_memory_on(alice, consolidation_model=MODEL)
     return fake_openai
 
 
@@ -427,9 +427,9 @@ def test_an_unavailable_model_leaves_the_task_waiting(
 
 
 def test_a_spent_memory_budget_leaves_the_task_waiting_without_a_call(
-    first_memory, consolidating, similar_task, alice, enable_auto_memory
+    first_memory, consolidating, similar_task, alice, auto_memory_on
 ):
-    enable_auto_memory(alice, consolidation_model=MODEL, monthly_memory_budget_usd=0)
+    auto_memory_on(alice, consolidation_model=MODEL, monthly_memory_budget_usd=0)
     consolidating.respond_with(decision("add"))
     summary = process_auto_memories(user=alice)
     log = log_of(similar_task)
@@ -457,9 +457,9 @@ def test_the_sweeps_call_cap_leaves_the_task_untouched_for_the_next_sweep(
 
 
 def test_a_task_needing_two_calls_waits_whole_when_only_one_is_left(
-    first_memory, consolidating, similar_task, alice, settings, enable_auto_memory
+    first_memory, consolidating, similar_task, alice, settings, auto_memory_on
 ):
-    enable_auto_memory(alice, consolidation_model=MODEL, extract_model="fake-extractor")
+    auto_memory_on(alice, consolidation_model=MODEL, extract_model="fake-extractor")
     settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 1
     extraction = answer(
         {
@@ -484,9 +484,9 @@ def test_a_task_needing_two_calls_waits_whole_when_only_one_is_left(
 
 
 def test_with_the_fallback_an_unavailable_model_means_a_plain_add(
-    first_memory, consolidating, similar_task, alice, enable_auto_memory
+    first_memory, consolidating, similar_task, alice, auto_memory_on
 ):
-    enable_auto_memory(alice, consolidation_model=MODEL, fallback_to_deterministic=True)
+    auto_memory_on(alice, consolidation_model=MODEL, fallback_to_deterministic=True)
     consolidating.respond_with(http_error(503))
     process_auto_memories(user=alice)
     new = auto_memories().get(source_task=similar_task)

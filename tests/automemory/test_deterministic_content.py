@@ -12,8 +12,8 @@ LEARNED = "Used the shields.io badge of the ci.yml workflow; it needs the defaul
 
 
 @pytest.fixture
-def on(enable_auto_memory, alice):
-    return enable_auto_memory(alice, min_result_chars=0)
+def on(auto_memory_on, alice):
+    return auto_memory_on(alice, min_result_chars=0)
 
 
 def memory_of(task):

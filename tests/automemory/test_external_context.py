@@ -71,8 +71,8 @@ def auto_memories(**filters):
 
 
 @pytest.fixture
-def on(enable_auto_memory, alice):
-    return enable_auto_memory(alice)
+def on(auto_memory_on, alice):
+    return auto_memory_on(alice)
 
 
 # --- The gate ----------------------------------------------------------------------------------
@@ -121,10 +121,8 @@ def test_the_detail_is_redacted_short_and_counts_the_rest(task_factory, project,
     assert len(detail) < 150
 
 
-def test_calls_to_internal_servers_are_not_external(
-    task_factory, project, alice, enable_auto_memory
-):
-    enable_auto_memory(alice, internal_mcp_servers=["docs", "tickets"])
+def test_calls_to_internal_servers_are_not_external(task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice, internal_mcp_servers=["docs", "tickets"])
     task = task_factory(project, alice, completed=True)
     record(task, mcp_call("docs", "search"), mcp_call("tickets", "read"))
     summary = process_auto_memories(user=alice)
@@ -133,9 +131,9 @@ def test_calls_to_internal_servers_are_not_external(
 
 
 def test_an_internal_server_does_not_hide_an_external_call(
-    task_factory, project, alice, enable_auto_memory
+    task_factory, project, alice, auto_memory_on
 ):
-    enable_auto_memory(alice, internal_mcp_servers=["docs"])
+    auto_memory_on(alice, internal_mcp_servers=["docs"])
     task = task_factory(project, alice, completed=True)
     record(task, mcp_call("docs", "search"), mcp_call("Docs", "search"))
     process_auto_memories(user=alice)
@@ -143,9 +141,9 @@ def test_an_internal_server_does_not_hide_an_external_call(
     assert log_of(task).detail == "MCP call Docs/search", "server names match exactly"
 
 
-def test_internal_servers_are_per_user(task_factory, project, alice, bob, enable_auto_memory):
-    enable_auto_memory(alice, internal_mcp_servers=["docs"])
-    enable_auto_memory(bob)
+def test_internal_servers_are_per_user(task_factory, project, alice, bob, auto_memory_on):
+    auto_memory_on(alice, internal_mcp_servers=["docs"])
+    auto_memory_on(bob)
     mine = task_factory(project, alice, completed=True, prompt="mine")
     theirs = task_factory(project, bob, completed=True, prompt="theirs")
     record(mine, mcp_call("docs"))
@@ -162,10 +160,8 @@ def test_other_event_kinds_are_not_external_context(task_factory, project, alice
     assert log_of(task).outcome == "extracted"
 
 
-def test_events_are_ignored_when_the_setting_is_off(
-    task_factory, project, alice, enable_auto_memory
-):
-    enable_auto_memory(alice, disable_on_external_context=False)
+def test_events_are_ignored_when_the_setting_is_off(task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice, disable_on_external_context=False)
     task = task_factory(project, alice, completed=True)
     record(task, mcp_call(), web_search())
     process_auto_memories(user=alice)
@@ -353,10 +349,8 @@ def test_a_later_turn_without_external_context_leaves_the_memory(task_factory, p
     )
 
 
-def test_nothing_is_retracted_when_the_setting_is_off(
-    task_factory, project, alice, enable_auto_memory
-):
-    enable_auto_memory(alice, disable_on_external_context=False)
+def test_nothing_is_retracted_when_the_setting_is_off(task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice, disable_on_external_context=False)
     start = timezone.now()
     task = task_factory(project, alice, completed=True)
     process_auto_memories()
@@ -369,9 +363,9 @@ def test_nothing_is_retracted_when_the_setting_is_off(
 
 
 def test_a_later_call_to_an_internal_server_does_not_retract(
-    task_factory, project, alice, enable_auto_memory
+    task_factory, project, alice, auto_memory_on
 ):
-    enable_auto_memory(alice, internal_mcp_servers=["docs"])
+    auto_memory_on(alice, internal_mcp_servers=["docs"])
     start = timezone.now()
     task = task_factory(project, alice, completed=True)
     process_auto_memories()

@@ -57,9 +57,9 @@ def extraction_rows(**filters):
 
 
 @pytest.fixture
-def modelled(enable_auto_memory, alice):
+def modelled(auto_memory_on, alice):
     """Alice's auto memory on, extracting with MODEL."""
-    return enable_auto_memory(alice, extract_model=MODEL)
+    return auto_memory_on(alice, extract_model=MODEL)
 
 
 @pytest.fixture
@@ -300,8 +300,8 @@ def test_a_dead_sweeps_claim_expires_and_the_task_is_extracted_then(
     assert not ExtractionClaim.objects.exists()
 
 
-def test_no_claim_is_taken_without_a_model(enable_auto_memory, alice, tasks):
-    enable_auto_memory(alice)
+def test_no_claim_is_taken_without_a_model(auto_memory_on, alice, tasks):
+    auto_memory_on(alice)
     held = SweepClaims(label="other-worker")
     extraction_claims_take(held, [tasks[0].pk])
 
@@ -326,9 +326,9 @@ ADD = answer({"action": "add", "memory_id": None, "memory_ids": [], "text": "", 
 
 
 @pytest.fixture
-def deploy_task(task_factory, project, alice, enable_auto_memory):
+def deploy_task(task_factory, project, alice, auto_memory_on):
     """A similar active memory first (so consolidation calls its model), then the task."""
-    enable_auto_memory(alice)
+    auto_memory_on(alice)
     task_factory(
         project,
         alice,
@@ -338,7 +338,7 @@ def deploy_task(task_factory, project, alice, enable_auto_memory):
         result_text="The deploy script lives in ops/deploy.sh and needs the staging flag. " * 5,
     )
     process_auto_memories(user=alice)
-    enable_auto_memory(alice, extract_model=MODEL, consolidation_model=CONSOLIDATOR)
+    auto_memory_on(alice, extract_model=MODEL, consolidation_model=CONSOLIDATOR)
     return task_factory(
         project,
         alice,

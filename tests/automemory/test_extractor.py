@@ -39,8 +39,8 @@ def spend(task, cost_usd):
 
 
 @pytest.fixture
-def on(enable_auto_memory, alice):
-    return enable_auto_memory(alice)
+def on(auto_memory_on, alice):
+    return auto_memory_on(alice)
 
 
 def test_it_extracts_a_completed_idle_task_into_a_project_memory(task_factory, project, alice, on):
@@ -127,8 +127,8 @@ def test_only_completed_tasks_are_candidates(task_factory, project, alice, on, s
 # --- The gates, in order ---------------------------------------------------------------------
 
 
-def test_it_skips_when_generate_is_off(task_factory, project, alice, enable_auto_memory):
-    enable_auto_memory(alice, generate_memories=False)
+def test_it_skips_when_generate_is_off(task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice, generate_memories=False)
     task = task_factory(project, alice, completed=True)
     summary = process_auto_memories(user=alice)
     assert summary.skipped["generate_disabled"] == 1
@@ -142,14 +142,14 @@ def test_generate_is_off_by_default(task_factory, project, alice):
     assert log_of(task).reason == "generate_disabled"
 
 
-def test_a_task_flag_wins_over_the_user_setting(task_factory, project, alice, enable_auto_memory):
-    enable_auto_memory(alice, generate_memories=False)
+def test_a_task_flag_wins_over_the_user_setting(task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice, generate_memories=False)
     flagged_on = task_factory(project, alice, prompt="goal one", completed=True)
     TaskAutoMemoryFlags.objects.create(task=flagged_on, generate_memories=True)
-    enable_auto_memory(alice, generate_memories=True)
+    auto_memory_on(alice, generate_memories=True)
     flagged_off = task_factory(project, alice, prompt="goal two", completed=True)
     TaskAutoMemoryFlags.objects.create(task=flagged_off, generate_memories=False)
-    enable_auto_memory(alice, generate_memories=False)
+    auto_memory_on(alice, generate_memories=False)
 
     process_auto_memories(user=alice)
     assert log_of(flagged_on).outcome == "extracted"
@@ -201,8 +201,8 @@ def test_it_skips_short_results(task_factory, project, alice, on):
     assert "199" in log_of(task).detail
 
 
-def test_thresholds_come_from_the_user_settings(task_factory, project, alice, enable_auto_memory):
-    enable_auto_memory(alice, min_duration_seconds=5, min_result_chars=10, idle_seconds=0)
+def test_thresholds_come_from_the_user_settings(task_factory, project, alice, auto_memory_on):
+    auto_memory_on(alice, min_duration_seconds=5, min_result_chars=10, idle_seconds=0)
     task = task_factory(
         project,
         alice,
@@ -231,9 +231,9 @@ def test_it_skips_subtasks_of_a_coordinator(task_factory, project, alice, on):
 
 
 def test_external_context_is_allowed_when_the_setting_is_off(
-    task_factory, project, alice, enable_auto_memory
+    task_factory, project, alice, auto_memory_on
 ):
-    enable_auto_memory(alice, disable_on_external_context=False)
+    auto_memory_on(alice, disable_on_external_context=False)
     task = task_factory(project, alice, completed=True)
     TaskFollowup.objects.create(task=task, message="hi", created_by=alice)
     process_auto_memories(user=alice)
@@ -308,11 +308,11 @@ def test_force_skips_the_idle_duration_and_length_gates(task_factory, project, a
 
 
 def test_force_never_skips_the_switch_context_or_quota_gates(
-    task_factory, project, alice, bob, project_factory, enable_auto_memory
+    task_factory, project, alice, bob, project_factory, auto_memory_on
 ):
-    enable_auto_memory(alice, generate_memories=False)
+    auto_memory_on(alice, generate_memories=False)
     off = task_factory(project, alice, completed=True, prompt="off")
-    enable_auto_memory(bob)
+    auto_memory_on(bob)
     messaged = task_factory(project, bob, completed=True, prompt="messaged")
     TaskFollowup.objects.create(task=messaged, message="hi", created_by=bob)
     Quota.objects.create(user=bob, monthly_limit_usd=Decimal("0"))
@@ -460,9 +460,9 @@ def test_auto_extraction_never_writes_user_memories(task_factory, project, alice
 # --- The global sweep --------------------------------------------------------------------------
 
 
-def test_the_global_sweep_covers_every_user(task_factory, project, alice, bob, enable_auto_memory):
-    enable_auto_memory(alice)
-    enable_auto_memory(bob)
+def test_the_global_sweep_covers_every_user(task_factory, project, alice, bob, auto_memory_on):
+    auto_memory_on(alice)
+    auto_memory_on(bob)
     task_factory(project, alice, prompt="a", completed=True)
     task_factory(project, bob, prompt="b", completed=True)
     assert process_auto_memories().extracted == 2
@@ -530,10 +530,10 @@ def test_a_task_flag_set_later_picks_up_the_task(task_factory, project, alice, a
 
 
 def test_a_user_sweep_touches_only_that_users_tasks(
-    task_factory, project, alice, bob, enable_auto_memory
+    task_factory, project, alice, bob, auto_memory_on
 ):
-    enable_auto_memory(alice)
-    enable_auto_memory(bob)
+    auto_memory_on(alice)
+    auto_memory_on(bob)
     task_factory(project, bob, completed=True)
     assert process_auto_memories(user=alice).scanned == 0
     assert not AutoMemoryLog.objects.exists()

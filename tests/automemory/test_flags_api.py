@@ -34,8 +34,8 @@ def test_anonymous_is_refused(api_client_for, task):
     assert api_client_for(None).post(url(task.pk), {}, format="json").status_code in (401, 403)
 
 
-def test_flags_default_to_following_the_user(api_client_for, alice, task, enable_auto_memory):
-    enable_auto_memory(alice, generate_memories=True, use_memories=False)
+def test_flags_default_to_following_the_user(api_client_for, alice, task, auto_memory_on):
+    auto_memory_on(alice, generate_memories=True, use_memories=False)
     body = api_client_for(alice).get(url(task.pk)).json()
     assert body["use_memories"] is None
     assert body["generate_memories"] is None

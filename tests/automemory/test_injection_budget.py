@@ -144,8 +144,8 @@ def run(task, **kwargs):
 
 
 @pytest.mark.parametrize("budget", [200, 300, 600, 1000, 2000, 10_000])
-def test_injection_respects_the_users_budget(task, alice, project, enable_auto_memory, budget):
-    enable_auto_memory(alice, injection_max_chars=budget)
+def test_injection_respects_the_users_budget(task, alice, project, auto_memory_on, budget):
+    auto_memory_on(alice, injection_max_chars=budget)
     for i, text in enumerate(ADVERSARIAL_TEXTS[:10]):
         memory(project=project, content=f"{i}: {text}")
         memory(user=alice, content=f"{i} mine: {text}")
@@ -166,8 +166,8 @@ def test_injection_respects_the_users_budget(task, alice, project, enable_auto_m
     assert not set(event.data["memory_ids"]) & set(event.data["left_out_for_budget"])
 
 
-def test_the_default_budget_fits_ten_ordinary_memories(task, alice, project, enable_auto_memory):
-    enable_auto_memory(alice)
+def test_the_default_budget_fits_ten_ordinary_memories(task, alice, project, auto_memory_on):
+    auto_memory_on(alice)
     for i in range(5):
         memory(project=project, content=f"{i} " + "p" * 800)
         memory(user=alice, content=f"{i} " + "u" * 800)
@@ -176,10 +176,8 @@ def test_the_default_budget_fits_ten_ordinary_memories(task, alice, project, ena
     assert AuditEvent.objects.get().data["left_out_for_budget"] == []
 
 
-def test_memories_over_the_budget_are_left_out_and_audited(
-    task, alice, project, enable_auto_memory
-):
-    enable_auto_memory(alice, injection_max_chars=2000)
+def test_memories_over_the_budget_are_left_out_and_audited(task, alice, project, auto_memory_on):
+    auto_memory_on(alice, injection_max_chars=2000)
     old_small = memory(project=project, content="Small and old.")
     big = memory(project=project, content="Big " + "b" * 3000)
     result = run(task)
@@ -189,8 +187,8 @@ def test_memories_over_the_budget_are_left_out_and_audited(
     assert "b" * 100 not in result.prompt
 
 
-def test_nothing_is_injected_when_not_one_memory_fits(task, alice, project, enable_auto_memory):
-    enable_auto_memory(alice, injection_max_chars=MIN_INJECTION_MAX_CHARS)
+def test_nothing_is_injected_when_not_one_memory_fits(task, alice, project, auto_memory_on):
+    auto_memory_on(alice, injection_max_chars=MIN_INJECTION_MAX_CHARS)
     too_big = memory(project=project, content="x" * 300)
     result = run(task)
     assert result.prompt == task.prompt and result.memory_ids == []
@@ -201,9 +199,9 @@ def test_nothing_is_injected_when_not_one_memory_fits(task, alice, project, enab
 
 
 def test_usage_counters_move_for_the_injected_memories_only(
-    task_factory, task, alice, project, enable_auto_memory
+    task_factory, task, alice, project, auto_memory_on
 ):
-    enable_auto_memory(alice, injection_max_chars=1000)
+    auto_memory_on(alice, injection_max_chars=1000)
     with freeze_time(timezone.now() - timedelta(days=3)):
         kept = memory(project=project, content="Kept.")
         left_out = memory(project=project, content="L" * 2000)
@@ -224,21 +222,21 @@ def test_usage_counters_move_for_the_injected_memories_only(
     assert kept.injection_count == 2 and kept.last_injected_at == later
 
 
-def test_no_usage_is_counted_when_nothing_is_injected(task, alice, project, enable_auto_memory):
-    enable_auto_memory(alice, use_memories=False)
+def test_no_usage_is_counted_when_nothing_is_injected(task, alice, project, auto_memory_on):
+    auto_memory_on(alice, use_memories=False)
     unused = memory(project=project, content="Unused.")
     run(task)
     task.turn = 2
     task.save()
-    enable_auto_memory(alice, use_memories=True)
+    auto_memory_on(alice, use_memories=True)
     run(task)
     unused.refresh_from_db()
     assert unused.injection_count == 0
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL enforces varchar length")
-def test_a_failed_write_leaves_nothing_half_done(task, alice, project, enable_auto_memory, caplog):
-    enable_auto_memory(alice)
+def test_a_failed_write_leaves_nothing_half_done(task, alice, project, auto_memory_on, caplog):
+    auto_memory_on(alice)
     remembered = memory(project=project, content="Remembered.")
     # The audit write fails (label over its 200 characters) after the task row was updated.
     result = run(task, actor_label="w" * 500)

@@ -53,8 +53,8 @@ def run(task):
 
 
 @pytest.fixture
-def relevant(alice, enable_auto_memory):
-    return enable_auto_memory(alice, injection_ranking="relevant")
+def relevant(alice, auto_memory_on):
+    return auto_memory_on(alice, injection_ranking="relevant")
 
 
 @pytest.fixture
@@ -77,9 +77,9 @@ def test_relevant_finds_the_old_deploy_memory(
 
 
 def test_recent_misses_the_old_deploy_memory(
-    task_factory, project, alice, enable_auto_memory, old_deploy_memory
+    task_factory, project, alice, auto_memory_on, old_deploy_memory
 ):
-    enable_auto_memory(alice, injection_ranking="recent")
+    auto_memory_on(alice, injection_ranking="recent")
     task = task_factory(project, alice, prompt="How do we deploy a release to production?")
     result = run(task)
     assert old_deploy_memory.pk not in result.memory_ids
@@ -89,8 +89,8 @@ def test_recent_misses_the_old_deploy_memory(
     assert result.memory_ids == [m.pk for m in newest_five]
 
 
-def test_recent_is_the_default(task_factory, project, alice, enable_auto_memory, old_deploy_memory):
-    enable_auto_memory(alice)
+def test_recent_is_the_default(task_factory, project, alice, auto_memory_on, old_deploy_memory):
+    auto_memory_on(alice)
     task = task_factory(project, alice, prompt="deploy release")
     assert old_deploy_memory.pk not in run(task).memory_ids
 
@@ -163,9 +163,9 @@ def test_other_users_and_projects_are_never_searched(
 
 @pytest.mark.parametrize("ranking", ["recent", "relevant"])
 def test_superseded_archived_and_unapproved_memories_are_not_injected(
-    task_factory, project, alice, enable_auto_memory, ranking
+    task_factory, project, alice, auto_memory_on, ranking
 ):
-    enable_auto_memory(alice, injection_ranking=ranking)
+    auto_memory_on(alice, injection_ranking=ranking)
     source = task_factory(project, alice, prompt="source")
     active = memory(project=project, content=DEPLOY)
     memory(project=project, content=DEPLOY, status=MemoryStatus.SUPERSEDED)
@@ -313,9 +313,9 @@ def test_the_goal_is_searched_too(task_factory, project, alice, relevant, old_de
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("ranking", ["recent", "relevant"])
 def test_one_injection_takes_at_most_six_queries(
-    task_factory, project, alice, enable_auto_memory, ranking
+    task_factory, project, alice, auto_memory_on, ranking
 ):
-    enable_auto_memory(alice, injection_ranking=ranking)
+    auto_memory_on(alice, injection_ranking=ranking)
     for i in range(12):
         memory(user=alice, content=f"Alice note {i} about deploys")
         memory(project=project, content=f"Project note {i} about releases")

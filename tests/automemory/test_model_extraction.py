@@ -55,9 +55,9 @@ def memory_rows(**filters):
 
 
 @pytest.fixture
-def modelled(enable_auto_memory, alice):
+def modelled(auto_memory_on, alice):
     """Alice's auto memory on, extracting with MODEL."""
-    return enable_auto_memory(alice, extract_model=MODEL)
+    return auto_memory_on(alice, extract_model=MODEL)
 
 
 @pytest.fixture
@@ -311,9 +311,9 @@ def test_an_unreachable_server_is_unavailable(modelled, task, alice, settings):
 
 
 def test_fallback_writes_the_deterministic_text_and_says_so(
-    fake_openai, enable_auto_memory, task, alice
+    fake_openai, auto_memory_on, task, alice
 ):
-    enable_auto_memory(alice, extract_model=MODEL, fallback_to_deterministic=True)
+    auto_memory_on(alice, extract_model=MODEL, fallback_to_deterministic=True)
     fake_openai.respond_with(http_error(502))
 
     process_auto_memories(user=alice)
@@ -325,8 +325,8 @@ def test_fallback_writes_the_deterministic_text_and_says_so(
     assert "deterministic text written (model_unavailable" in log.detail
 
 
-def test_fallback_does_not_hide_invalid_output(fake_openai, enable_auto_memory, task, alice):
-    enable_auto_memory(alice, extract_model=MODEL, fallback_to_deterministic=True)
+def test_fallback_does_not_hide_invalid_output(fake_openai, auto_memory_on, task, alice):
+    auto_memory_on(alice, extract_model=MODEL, fallback_to_deterministic=True)
     fake_openai.respond_with(raw_answer("garbage"))
     process_auto_memories(user=alice)
     assert log_of(task).reason == "model_output_invalid"
@@ -363,9 +363,9 @@ def test_each_call_is_priced_into_the_ledger_and_the_quota_sees_it(
 
 
 def test_a_model_missing_from_the_price_table_is_priced_at_default(
-    fake_openai, enable_auto_memory, task, alice
+    fake_openai, auto_memory_on, task, alice
 ):
-    enable_auto_memory(alice, extract_model="my-local-llama")
+    auto_memory_on(alice, extract_model="my-local-llama")
     fake_openai.respond_with(answer(GOOD, prompt_tokens=1_000_000, completion_tokens=0))
     process_auto_memories(user=alice)
     assert memory_rows().get().cost_usd == Decimal("1.25")
@@ -421,9 +421,9 @@ def test_a_zero_budget_turns_model_calls_off(fake_openai, modelled, task, alice)
 
 
 def test_fallback_on_a_spent_budget_writes_the_deterministic_text(
-    fake_openai, enable_auto_memory, task, alice
+    fake_openai, auto_memory_on, task, alice
 ):
-    enable_auto_memory(
+    auto_memory_on(
         alice, extract_model=MODEL, fallback_to_deterministic=True, monthly_memory_budget_usd=0
     )
     process_auto_memories(user=alice)
@@ -469,10 +469,10 @@ def test_the_cap_counts_repair_retries(
 
 
 def test_tasks_without_a_model_are_not_held_by_the_cap(
-    fake_openai, modelled, enable_auto_memory, task_factory, project, alice, bob, settings
+    fake_openai, modelled, auto_memory_on, task_factory, project, alice, bob, settings
 ):
     settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = 0
-    enable_auto_memory(bob)
+    auto_memory_on(bob)
     mine = task_factory(project, alice, prompt="Mine", completed=True)
     bobs = task_factory(project, bob, prompt="Bob's", completed=True)
 

@@ -49,9 +49,9 @@ OPEN_GATES = {"idle_seconds": 0, "min_duration_seconds": 0, "min_result_chars": 
 
 
 @pytest.fixture
-def on(alice, bob, enable_auto_memory):
+def on(alice, bob, auto_memory_on):
     for user in (alice, bob):
-        enable_auto_memory(user, **OPEN_GATES)
+        auto_memory_on(user, **OPEN_GATES)
 
 
 def injected_prompt(task) -> str:
@@ -190,10 +190,10 @@ def skipped_private(task) -> AutoMemoryLog:
     ids=["whole", "five-word-part", "short-memory-whole", "re-flowed"],
 )
 def test_a_memory_that_would_hold_a_private_memory_is_not_written(
-    result, project, alice, bob, private, enable_auto_memory, task_factory, api_client_for
+    result, project, alice, bob, private, auto_memory_on, task_factory, api_client_for
 ):
     # Nothing injected (use_memories off), but the agent knew the text anyway.
-    enable_auto_memory(alice, use_memories=False, **OPEN_GATES)
+    auto_memory_on(alice, use_memories=False, **OPEN_GATES)
     task = task_factory(project, alice, completed=True, result_text=result)
 
     summary = process_auto_memories(user=alice)
@@ -205,10 +205,10 @@ def test_a_memory_that_would_hold_a_private_memory_is_not_written(
 
 
 def test_another_members_private_memory_arriving_by_message_is_caught(
-    project, alice, bob, on, task_factory, enable_auto_memory, api_client_for, vera
+    project, alice, bob, on, task_factory, auto_memory_on, api_client_for, vera
 ):
     memory(user=bob, content=HEALTH.replace("Alice", "Bob"))
-    enable_auto_memory(alice, disable_on_external_context=False, **OPEN_GATES)
+    auto_memory_on(alice, disable_on_external_context=False, **OPEN_GATES)
     task = task_factory(project, alice, completed=True, result_text=f"{WORK}\nBob said: {HEALTH}")
     TaskFollowup.objects.create(task=task, message=HEALTH, created_by=bob)
 
@@ -218,20 +218,18 @@ def test_another_members_private_memory_arriving_by_message_is_caught(
     assert_nothing_private(everything_bob_can_read(api_client_for, vera, project))
 
 
-def test_private_memories_in_any_status_are_checked(
-    project, alice, task_factory, enable_auto_memory
-):
+def test_private_memories_in_any_status_are_checked(project, alice, task_factory, auto_memory_on):
     memory(user=alice, content=PAGER, status="superseded")
-    enable_auto_memory(alice, **OPEN_GATES)
+    auto_memory_on(alice, **OPEN_GATES)
     task = task_factory(project, alice, completed=True, result_text=f"{WORK} {PAGER}")
     process_auto_memories(user=alice)
     skipped_private(task)
 
 
 def test_a_private_content_skip_is_stable_until_something_changes(
-    project, alice, private, task_factory, enable_auto_memory
+    project, alice, private, task_factory, auto_memory_on
 ):
-    enable_auto_memory(alice, **OPEN_GATES)
+    auto_memory_on(alice, **OPEN_GATES)
     task = task_factory(project, alice, completed=True, result_text=f"{WORK} {PAGER}")
     process_auto_memories()
     skipped_private(task)
@@ -239,18 +237,18 @@ def test_a_private_content_skip_is_stable_until_something_changes(
 
 
 def test_an_unrelated_users_memory_does_not_block_the_project(
-    project, alice, charlie, task_factory, enable_auto_memory
+    project, alice, charlie, task_factory, auto_memory_on
 ):
     memory(user=charlie, content=PAGER)
-    enable_auto_memory(alice, **OPEN_GATES)
+    auto_memory_on(alice, **OPEN_GATES)
     task_factory(project, alice, completed=True, result_text=f"{WORK} {PAGER}")
     assert process_auto_memories(user=alice).extracted == 1
 
 
 def test_ordinary_words_shared_with_a_private_memory_do_not_block(
-    project, alice, private, task_factory, enable_auto_memory
+    project, alice, private, task_factory, auto_memory_on
 ):
-    enable_auto_memory(alice, **OPEN_GATES)
+    auto_memory_on(alice, **OPEN_GATES)
     result = f"{WORK} Alice keeps the release notes in the wiki, under the blue heading."
     task_factory(project, alice, completed=True, result_text=result)
     assert process_auto_memories(user=alice).extracted == 1

@@ -76,9 +76,9 @@ def test_settings_added_in_the_admin_are_picked_up_by_the_next_sweep(
 
 
 def test_settings_changed_in_the_admin_are_picked_up_by_the_next_sweep(
-    admin_client, alice, enable_auto_memory, skipped_task
+    admin_client, alice, auto_memory_on, skipped_task
 ):
-    row = enable_auto_memory(alice, generate_memories=False)
+    row = auto_memory_on(alice, generate_memories=False)
     AutoMemoryLog.objects.update(recheck=False)
 
     response = admin_client.post(
@@ -93,9 +93,9 @@ def test_settings_changed_in_the_admin_are_picked_up_by_the_next_sweep(
 
 
 def test_the_admin_validates_settings_and_saves_nothing_wrong(
-    admin_client, alice, enable_auto_memory, skipped_task
+    admin_client, alice, auto_memory_on, skipped_task
 ):
-    row = enable_auto_memory(alice, generate_memories=False)
+    row = auto_memory_on(alice, generate_memories=False)
     AutoMemoryLog.objects.update(recheck=False)
 
     response = admin_client.post(
@@ -110,9 +110,9 @@ def test_the_admin_validates_settings_and_saves_nothing_wrong(
 
 
 def test_a_flag_changed_in_the_admin_is_picked_up_by_the_next_sweep(
-    admin_client, alice, staff, enable_auto_memory, task_factory, project
+    admin_client, alice, staff, auto_memory_on, task_factory, project
 ):
-    enable_auto_memory(alice)
+    auto_memory_on(alice)
     task = task_factory(project, alice, completed=True)
     flags = TaskAutoMemoryFlags.objects.create(task=task, generate_memories=False)
     assert process_auto_memories().skipped["generate_disabled"] == 1
@@ -130,9 +130,9 @@ def test_a_flag_changed_in_the_admin_is_picked_up_by_the_next_sweep(
 
 
 def test_settings_and_flags_are_not_deleted_in_the_admin(
-    admin_client, alice, enable_auto_memory, task_factory, project
+    admin_client, alice, auto_memory_on, task_factory, project
 ):
-    row = enable_auto_memory(alice)
+    row = auto_memory_on(alice)
     flags = TaskAutoMemoryFlags.objects.create(task=task_factory(project, alice))
 
     settings_page = f"/admin/automemory/automemorysettings/{row.pk}/delete/"
@@ -189,8 +189,8 @@ def test_the_command_changes_settings_and_the_next_sweep_sees_it(alice, skipped_
     assert AuditEvent.objects.filter(action="auto_memory_settings_updated").count() == 1
 
 
-def test_the_command_clears_a_model_with_null(alice, enable_auto_memory):
-    enable_auto_memory(alice, extract_model="gpt-5")
+def test_the_command_clears_a_model_with_null(alice, auto_memory_on):
+    auto_memory_on(alice, extract_model="gpt-5")
     assert run_command("alice", "--set", "extract_model=null")["extract_model"] is None
 
 
@@ -206,8 +206,8 @@ def test_the_command_clears_a_model_with_null(alice, enable_auto_memory):
         "=1",
     ],
 )
-def test_the_command_refuses_bad_values_and_changes_nothing(alice, enable_auto_memory, assignment):
-    enable_auto_memory(alice, idle_seconds=30)
+def test_the_command_refuses_bad_values_and_changes_nothing(alice, auto_memory_on, assignment):
+    auto_memory_on(alice, idle_seconds=30)
     with pytest.raises(CommandError):
         call_command(
             "auto_memory_settings", "alice", "--set", "use_memories=false", "--set", assignment

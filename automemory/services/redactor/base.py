@@ -2,7 +2,7 @@
 
 A rule is data: an id, a human label, anchors, a regex matched *at* an anchor, an optional
 validator, and the samples that prove it (``true_positives`` mark each secret with
-``«…»``; ``false_positives`` must come out unchanged).  ``tests/redactor/test_rules.py``
+``«…»``; ``false_positives`` must come out unchanged).  ``tests/automemory/redactor/test_rules.py``
 checks every rule against its own samples.
 """
 

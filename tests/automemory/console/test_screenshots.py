@@ -18,7 +18,7 @@ from automemory.models import AutoMemoryLog, Reason
 from automemory.services.extractor import process_auto_memories
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus
 
-DOCS_DIR = Path(__file__).resolve().parents[2] / "docs" / "console"
+DOCS_DIR = Path(__file__).resolve().parents[3] / "docs" / "console"
 VIEWPORT = {"width": 1280, "height": 860}
 
 FIX_RESULT = (

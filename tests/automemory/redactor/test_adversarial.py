@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.redactor.adversarial import ADVERSARIAL
+from tests.automemory.redactor.adversarial import ADVERSARIAL
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SIZE = 100_000
 LIMIT_S = 5.0
 
 _CHILD = """
 import json, sys, time
 from automemory.services.redactor import redact
-from tests.redactor.adversarial import ADVERSARIAL
+from tests.automemory.redactor.adversarial import ADVERSARIAL
 text = ADVERSARIAL[sys.argv[1]](int(sys.argv[2]))
 start = time.perf_counter()
 out = redact(text)

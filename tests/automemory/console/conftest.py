@@ -5,7 +5,6 @@ browser download is not used. Without a browser the browser tests skip with the 
 under CI (`CI` set), where they fail: CI must not silently skip them.
 """
 
-import itertools
 import os
 import shutil
 from datetime import timedelta
@@ -16,14 +15,7 @@ from django.conf import settings as django_settings
 from django.test import Client
 from django.utils import timezone
 
-from automemory.models import AutoMemoryLog, AutoMemorySettings, Outcome, Reason
-from controlplane.models import (
-    IdentityMemory,
-    MemoryScope,
-    MemorySource,
-    MemorySourceTask,
-    MemoryStatus,
-)
+from automemory.models import AutoMemoryLog, Outcome, Reason
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -34,7 +26,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-_counter = itertools.count(1)
 
 
 def pytest_configure(config):
@@ -153,40 +144,6 @@ def signed_in_client():
 
 
 @pytest.fixture
-def memory_factory(db):
-    """Memories of any kind; an auto memory gets its source task link as the extractor writes."""
-
-    def make(
-        *,
-        project=None,
-        user=None,
-        content=None,
-        source=MemorySource.MANUAL,
-        status=MemoryStatus.ACTIVE,
-        source_task=None,
-        **fields,
-    ) -> IdentityMemory:
-        scope = MemoryScope.PROJECT if project is not None else MemoryScope.USER
-        author = user or (project.created_by if project is not None else None)
-        memory = IdentityMemory.objects.create(
-            scope=scope,
-            project=project,
-            user=author if scope == MemoryScope.USER else None,
-            content=content or f"Remember fact number {next(_counter)}.",
-            source=source,
-            status=status,
-            source_task=source_task,
-            created_by=author,
-            **fields,
-        )
-        if source_task is not None:
-            MemorySourceTask.objects.get_or_create(memory=memory, task=source_task)
-        return memory
-
-    return make
-
-
-@pytest.fixture
 def log_row_factory(db):
     """Extraction log rows for a task (one per task), as the sweep writes them."""
 
@@ -212,15 +169,3 @@ def log_row_factory(db):
         )
 
     return make
-
-
-@pytest.fixture
-def auto_memory_on(db):
-    """`auto_memory_on(user, **overrides)`: the user's generate and use switches on."""
-
-    def enable(user, **overrides) -> AutoMemorySettings:
-        values = {"generate_memories": True, "use_memories": True, **overrides}
-        settings, _ = AutoMemorySettings.objects.update_or_create(user=user, defaults=values)
-        return settings
-
-    return enable

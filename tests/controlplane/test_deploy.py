@@ -40,7 +40,8 @@ SETTINGS_VARIABLES = {
     "SECURE_HSTS_PRELOAD",
     "SESSION_COOKIE_SECURE",
     "CSRF_COOKIE_SECURE",
-    # Set by the console's browser tests while their browser runs (tests/console/conftest.py).
+    # Set by the console's browser tests while their browser runs
+    # (tests/automemory/console/conftest.py).
     "DJANGO_ALLOW_ASYNC_UNSAFE",
 }
 

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import AutoMemoryLog, AutoMemorySettings
+from automemory.models import AutoMemoryLog
 from automemory.services.extractor import process_auto_memories
 from controlplane.models import AuditEvent, Quota, Task
 from controlplane.services.quota import quota_status_get, quota_statuses_get
@@ -32,16 +32,6 @@ def spend(task_factory, project, user, amount: str, *, when: datetime | None = N
         finished_at=when or timezone.now(),
     )
     return task
-
-
-@pytest.fixture
-def enable_auto_memory():
-    def enable(user, **values):
-        AutoMemorySettings.objects.create(
-            user=user, generate_memories=True, use_memories=True, **values
-        )
-
-    return enable
 
 
 class TestComputation:
@@ -150,9 +140,9 @@ class TestComputation:
             assert remaining * 3 < 100  # floored, never rounded up to a third
 
     def test_the_memory_gate_refuses_19_995_percent_against_20(
-        self, alice, project, task_factory, enable_auto_memory
+        self, alice, project, task_factory, auto_memory_on
     ):
-        enable_auto_memory(alice, min_rate_limit_remaining_percent=20)
+        auto_memory_on(alice, min_rate_limit_remaining_percent=20)
         spend(task_factory, project, alice, "8.0005")
         task = task_factory(project, alice, completed=True)
 
@@ -163,9 +153,9 @@ class TestComputation:
         assert log.detail == "19.99% of the monthly quota left, below 20%"
 
     def test_the_memory_gate_passes_exactly_20_percent(
-        self, alice, project, task_factory, enable_auto_memory
+        self, alice, project, task_factory, auto_memory_on
     ):
-        enable_auto_memory(alice, min_rate_limit_remaining_percent=20)
+        auto_memory_on(alice, min_rate_limit_remaining_percent=20)
         spend(task_factory, project, alice, "8")
         task = task_factory(project, alice, completed=True)
 

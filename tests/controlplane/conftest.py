@@ -2,8 +2,6 @@
 
 import pytest
 
-from controlplane.models import IdentityMemory, MemoryScope, MemorySource, MemoryStatus
-
 from .helpers import row_counts
 
 ROLES = ["anonymous", "stranger", "viewer", "member", "owner", "staff"]
@@ -20,20 +18,6 @@ def user_for_role(project, alice, bob, vera, charlie, staff):
         "owner": alice,
         "staff": staff,
     }
-
-
-@pytest.fixture
-def memory_factory(db):
-    def make(*, project=None, user=None, content="Use pytest for tests.", **fields):
-        if project is not None:
-            fields.setdefault("scope", MemoryScope.PROJECT)
-        else:
-            fields.setdefault("scope", MemoryScope.USER)
-        fields.setdefault("source", MemorySource.MANUAL)
-        fields.setdefault("status", MemoryStatus.ACTIVE)
-        return IdentityMemory.objects.create(project=project, user=user, content=content, **fields)
-
-    return make
 
 
 @pytest.fixture

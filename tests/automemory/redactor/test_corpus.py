@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from automemory.services.redactor import RULES, find_secrets, redact
-from tests.redactor.corpus import build_corpus
+from tests.automemory.redactor.corpus import build_corpus
 
 MIN_RECALL = 0.99
 MAX_FP_RATE = 0.02

@@ -9,7 +9,14 @@ import sys
 import pytest
 from playwright.sync_api import expect
 
-from tests.host.test_deploy import BASE_DIR, get, manage, only_key_and_hosts, stop, wait_for_line
+from tests.controlplane.test_deploy import (
+    BASE_DIR,
+    get,
+    manage,
+    only_key_and_hosts,
+    stop,
+    wait_for_line,
+)
 
 
 @pytest.fixture(scope="module")
