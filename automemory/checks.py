@@ -1,11 +1,10 @@
 """Start-up checks of the `AUTOMEMORY_*` settings (`manage.py check` and every command)."""
 
-from decimal import Decimal, InvalidOperation
-
 from django.core.checks import Error, register
 from django.utils.module_loading import import_string
 
 from automemory import conf
+from controlplane.pricing import PriceTable
 
 POSITIVE_INTEGERS = (
     "INJECT_USER_LIMIT",
@@ -28,8 +27,6 @@ POSITIVE_INTEGERS = (
     "EXTRACTION_CLAIM_SECONDS",
 )
 NON_NEGATIVE_INTEGERS = ("MODEL_MAX_RETRIES", "MODEL_CALLS_PER_SWEEP")
-PRICE_RATES_REQUIRED = ("input", "output")
-PRICE_RATES_OPTIONAL = ("cached_input",)
 
 
 @register()
@@ -82,56 +79,10 @@ def automemory_settings_check(app_configs=None, **kwargs) -> list[Error]:
     return errors
 
 
-def _price_rate_valid(value) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal)):
-        return False
-    try:
-        rate = Decimal(str(value))
-    except InvalidOperation:
-        return False
-    return rate.is_finite() and rate >= 0
-
-
 def price_table_problems() -> list[str]:
     """What is wrong with `AUTOMEMORY_MODEL_PRICES`, one message per problem.
 
-    A malformed table would bill model calls at a wrong rate (a missing or misspelt rate
-    counts as 0), so the memory budget would not hold: the process refuses to start instead.
+    A malformed table would bill model calls at a wrong rate, so the memory budget would not
+    hold: the process refuses to start instead.
     """
-    prices = conf.get("MODEL_PRICES")
-    example = '{"default": {"input": "1.25", "cached_input": "0.125", "output": "10.00"}}'
-    if not isinstance(prices, dict):
-        return [
-            "AUTOMEMORY_MODEL_PRICES must be a mapping of model name -> "
-            f"{{input, output[, cached_input]}} USD per 1M tokens, e.g. {example}; "
-            f"not {prices!r}."
-        ]
-    problems = []
-    if "default" not in prices:
-        problems.append(
-            "AUTOMEMORY_MODEL_PRICES needs a 'default' entry, the price of a model "
-            f"missing from the table, e.g. {example}."
-        )
-    allowed = PRICE_RATES_REQUIRED + PRICE_RATES_OPTIONAL
-    for model, rates in prices.items():
-        where = f"AUTOMEMORY_MODEL_PRICES[{model!r}]"
-        if not isinstance(rates, dict):
-            problems.append(
-                f"{where} must be a mapping {{input, output[, cached_input]}}, not {rates!r}."
-            )
-            continue
-        missing = [name for name in PRICE_RATES_REQUIRED if name not in rates]
-        if missing:
-            problems.append(f"{where} lacks {', '.join(missing)}.")
-        unknown = sorted(str(name) for name in rates if name not in allowed)
-        if unknown:
-            problems.append(
-                f"{where} has unknown rate(s) {', '.join(unknown)}; expected {', '.join(allowed)}."
-            )
-        for name in allowed:
-            if name in rates and not _price_rate_valid(rates[name]):
-                problems.append(
-                    f"{where}[{name!r}] must be a non-negative number of USD per 1M tokens, "
-                    f"not {rates[name]!r}."
-                )
-    return problems
+    return PriceTable(conf.get("MODEL_PRICES"), name="AUTOMEMORY_MODEL_PRICES").problems()

@@ -84,7 +84,7 @@ class History:
         from django.utils import timezone
 
         from controlplane.models import Task, UsageRecord
-        from controlplane.services.quota import month_start
+        from controlplane.months import month_start
         from controlplane.services.usage import monthly_spend_verify
 
         now = timezone.now()

@@ -5,10 +5,11 @@ worker itself refuses to start with an unknown executor.
 """
 
 import shlex
-from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.core.checks import Warning, register
+
+from controlplane.pricing import PriceTable
 
 
 @register()
@@ -48,9 +49,6 @@ def worker_settings_check(app_configs=None, **kwargs) -> list[Warning]:
     return problems
 
 
-PRICE_RATES = ("input", "cached_input", "cache_write", "output")
-
-
 def _codex_settings_problems() -> list[Warning]:
     from worker.executors.codex import RESUME_USAGE_MODES
 
@@ -64,33 +62,8 @@ def _codex_settings_problems() -> list[Warning]:
                 id="worker.W004",
             )
         )
-    prices = settings.WORKER_CODEX_PRICES
-    if not isinstance(prices, dict):
-        return [*problems, Warning("WORKER_CODEX_PRICES must be a JSON object.", id="worker.W005")]
-    for model, table in prices.items():
-        if not isinstance(table, dict):
-            problems.append(
-                Warning(f"WORKER_CODEX_PRICES[{model!r}] must be an object.", id="worker.W005")
-            )
-            continue
-        for rate in set(table) - set(PRICE_RATES):
-            problems.append(
-                Warning(
-                    f"WORKER_CODEX_PRICES[{model!r}] has an unknown rate {rate!r} "
-                    f"(known: {', '.join(PRICE_RATES)}).",
-                    id="worker.W005",
-                )
-            )
-        for rate in set(table) & set(PRICE_RATES):
-            try:
-                valid = Decimal(str(table[rate])).is_finite() and Decimal(str(table[rate])) >= 0
-            except (InvalidOperation, ValueError):
-                valid = False
-            if not valid:
-                problems.append(
-                    Warning(
-                        f"WORKER_CODEX_PRICES[{model!r}][{rate!r}] must be a number >= 0.",
-                        id="worker.W005",
-                    )
-                )
+    table = PriceTable(settings.WORKER_CODEX_PRICES, name="WORKER_CODEX_PRICES")
+    problems.extend(
+        Warning(problem, id="worker.W005") for problem in table.problems(require_default=False)
+    )
     return problems

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -29,12 +29,12 @@ from django.utils import timezone
 from automemory import conf
 from automemory.models import AutoMemorySettings
 from controlplane.models import UsageKind, UsageRecord
+from controlplane.months import month_start, next_month_start
+from controlplane.pricing import PriceTable
 from controlplane.services.usage import usage_record
 
 logger = logging.getLogger(__name__)
 
-ONE_MILLION = Decimal(1_000_000)
-COST_QUANTUM = Decimal("0.000001")
 # The ledger kinds that are auto memory's model calls (what the memory budget counts).
 MEMORY_USAGE_KINDS = (UsageKind.MEMORY_EXTRACTION, UsageKind.MEMORY_CONSOLIDATION)
 # Local OpenAI-compatible servers ignore the key, but the SDK insists on one.
@@ -98,25 +98,16 @@ class SweepModelCalls:
 # --- Money ------------------------------------------------------------------------------------
 
 
-def next_month_start(moment: datetime) -> datetime:
-    """The first instant of the UTC month after `moment`'s."""
-    moment = moment.astimezone(UTC)
-    if moment.month == 12:
-        return datetime(moment.year + 1, 1, 1, tzinfo=UTC)
-    return datetime(moment.year, moment.month + 1, 1, tzinfo=UTC)
-
-
 def memory_spend_get(*, user_id: int, now: datetime | None = None) -> Decimal:
     """What auto memory's model calls cost the user so far in `now`'s UTC month.
 
     Reads the user's ledger rows of the month (the `(user, finished_at)` index), so the cost
     grows with the user's usage in one month, not with history.
     """
-    now = (now or timezone.now()).astimezone(UTC)
-    start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    now = now or timezone.now()
     total = UsageRecord.objects.filter(
         user_id=user_id,
-        finished_at__gte=start,
+        finished_at__gte=month_start(now),
         finished_at__lt=next_month_start(now),
         kind__in=MEMORY_USAGE_KINDS,
     ).aggregate(total=Sum("cost_usd"))["total"]
@@ -146,24 +137,13 @@ def memory_budget_check(*, user_id: int, now: datetime | None = None) -> None:
 
 
 def model_price(*, model: str, input_tokens: int, cached_input_tokens: int, output_tokens: int):
-    """USD for one call at `AUTOMEMORY_MODEL_PRICES[model]` (else its `default`), per 1M tokens."""
-    prices = conf.get("MODEL_PRICES") or {}
-    table = prices.get(model) or prices.get("default")
-    if not table:
-        logger.warning(
-            "no price for memory model %r and no default price: cost counted as 0", model
-        )
-        return Decimal("0")
-    input_rate = Decimal(str(table.get("input", 0)))
-    cached_rate = Decimal(str(table.get("cached_input", table.get("input", 0))))
-    output_rate = Decimal(str(table.get("output", 0)))
-    cached = min(cached_input_tokens, input_tokens)
-    cost = (
-        Decimal(input_tokens - cached) * input_rate
-        + Decimal(cached) * cached_rate
-        + Decimal(output_tokens) * output_rate
-    ) / ONE_MILLION
-    return cost.quantize(COST_QUANTUM)
+    """USD for one call at `AUTOMEMORY_MODEL_PRICES` (`controlplane.pricing.PriceTable`)."""
+    return PriceTable(conf.get("MODEL_PRICES"), name="AUTOMEMORY_MODEL_PRICES").cost_usd(
+        model=model,
+        input_tokens=input_tokens,
+        cached_input_tokens=cached_input_tokens,
+        output_tokens=output_tokens,
+    )
 
 
 # --- The client -------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ Decimals: nothing is rounded before a comparison; the API rounds for display onl
 """
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import ROUND_DOWN, ROUND_FLOOR, Decimal, localcontext
 
 from django.conf import settings
@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from controlplane.errors import DomainError
 from controlplane.models import Quota
+from controlplane.months import month_of
 from controlplane.services.audit import audit_record
-from controlplane.services.usage import month_of, monthly_spend_get
+from controlplane.services.usage import monthly_spend_get
 
 
 @dataclass(frozen=True)
@@ -39,19 +40,6 @@ class QuotaStatus:
     def remaining_percent_display(self) -> Decimal:
         """The remaining percent rounded down to 2 decimals, for messages (never compare it)."""
         return self.remaining_percent.quantize(Decimal("0.01"), rounding=ROUND_DOWN)
-
-
-def month_start(now: datetime) -> datetime:
-    """The first instant of `now`'s calendar month in UTC."""
-    now_utc = now.astimezone(UTC)
-    return now_utc.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def next_month_start(now: datetime) -> datetime:
-    start = month_start(now)
-    if start.month == 12:
-        return start.replace(year=start.year + 1, month=1)
-    return start.replace(month=start.month + 1)
 
 
 def quota_status_get(

@@ -10,7 +10,7 @@ both from the ledger and report (or repair) any drift.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from decimal import Decimal
 
 from django.db import connection, transaction
@@ -19,19 +19,7 @@ from django.utils import timezone
 
 from controlplane.errors import DomainError
 from controlplane.models import MonthlySpend, Task, UsageKind, UsageRecord
-
-
-def month_of(moment: datetime) -> date:
-    """The first day of `moment`'s calendar month in UTC (the key of `MonthlySpend`)."""
-    moment = moment.astimezone(UTC)
-    return date(moment.year, moment.month, 1)
-
-
-def _month_bounds(month: date) -> tuple[datetime, datetime]:
-    start = datetime(month.year, month.month, 1, tzinfo=UTC)
-    if month.month == 12:
-        return start, start.replace(year=month.year + 1, month=1)
-    return start, start.replace(month=month.month + 1)
+from controlplane.months import month_bounds, month_of
 
 
 def usage_record(
@@ -209,7 +197,7 @@ def monthly_spend_verify(*, fix: bool = False, user_id: int | None = None) -> li
 
 
 def _monthly_spend_rewrite(*, user_id: int, month: date) -> None:
-    start, end = _month_bounds(month)
+    start, end = month_bounds(month)
     with transaction.atomic():
         # Make sure the row exists, then lock it: recorders of this month wait for us.
         _monthly_spend_add(user_id=user_id, month=month, cost_usd=Decimal("0"))

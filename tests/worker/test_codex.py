@@ -537,6 +537,9 @@ def test_codex_settings_are_checked(settings):
     assert ids() == ["worker.W004"]
     settings.WORKER_CODEX_RESUME_USAGE = "auto"
     settings.WORKER_CODEX_PRICES = {"default": {"input": "x", "outptu": 1}, "m": []}
-    assert ids() == ["worker.W005"] * 3
+    # a bad input rate, a misspelt rate (so output is missing: billed at 0), a non-table
+    messages = [problem.msg for problem in worker_settings_check()]
+    assert ids() == ["worker.W005"] * 4
+    assert any("lacks output" in message for message in messages)
     settings.WORKER_CODEX_PRICES = "cheap"
     assert ids() == ["worker.W005"]

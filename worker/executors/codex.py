@@ -23,6 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
+from controlplane.pricing import PriceTable
 from worker.executors.base import (
     TOKEN_USAGE_FIELDS,
     ExecutionControl,
@@ -41,8 +42,6 @@ logger = logging.getLogger(__name__)
 EVENT_ITEM_TYPES = frozenset({"mcp_tool_call", "web_search"})
 # An event item larger than this (as JSON) keeps its fields but loses its tool result body.
 EVENT_MAX_JSON_CHARS = 16_000
-ONE_MILLION = Decimal(1_000_000)
-COST_QUANTUM = Decimal("0.000001")
 
 # How `turn.completed.usage` of an `exec resume` run is read when the CLI's session record
 # cannot be: the whole thread so far (codex 0.171.0), this turn only, or decided per run.
@@ -61,33 +60,14 @@ THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9-]{1,100}$")
 
 
 def usage_price(*, usage: TokenUsage, model: str, prices: dict[str, Any]) -> Decimal:
-    """USD for `usage` at `prices[model]` (else `prices["default"]`), per 1M tokens.
-
-    Cached input and cache writes are parts of `input_tokens`, billed at the `cached_input` and
-    `cache_write` rates (each defaulting to `input`); reasoning tokens are a part of
-    `output_tokens` and are not billed again.
-    """
-    table = prices.get(model) or prices.get("default")
-    if not table:
-        logger.warning("no price for codex model %r and no default price: cost counted as 0", model)
-        return Decimal("0")
-
-    def rate(name: str) -> Decimal:
-        if name in table:
-            return Decimal(str(table[name]))
-        # cached input and cache writes cost the input rate unless the table says otherwise
-        return rate("input") if name in ("cached_input", "cache_write") else Decimal(0)
-
-    cached = min(usage.cached_input_tokens, usage.input_tokens)
-    cache_write = min(usage.cache_write_input_tokens, usage.input_tokens - cached)
-    uncached = usage.input_tokens - cached - cache_write
-    cost = (
-        Decimal(uncached) * rate("input")
-        + Decimal(cached) * rate("cached_input")
-        + Decimal(cache_write) * rate("cache_write")
-        + Decimal(usage.output_tokens) * rate("output")
-    ) / ONE_MILLION
-    return cost.quantize(COST_QUANTUM)
+    """USD for `usage` at the `prices` table (`controlplane.pricing.PriceTable`)."""
+    return PriceTable(prices, name="WORKER_CODEX_PRICES").cost_usd(
+        model=model,
+        input_tokens=usage.input_tokens,
+        cached_input_tokens=usage.cached_input_tokens,
+        cache_write_input_tokens=usage.cache_write_input_tokens,
+        output_tokens=usage.output_tokens,
+    )
 
 
 @dataclass(frozen=True)

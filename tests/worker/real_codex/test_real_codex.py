@@ -18,7 +18,8 @@ import pytest
 from django.utils import timezone
 
 from controlplane.models import TaskEvent, TaskStatus, UsageRecord
-from controlplane.services.usage import month_of, monthly_spend_get
+from controlplane.months import month_of
+from controlplane.services.usage import monthly_spend_get
 from tests.worker.real_codex.conftest import PRICES
 from tests.worker.real_codex.responses_server import (
     Reply,
