@@ -11,7 +11,7 @@ from django.contrib import admin
 from automemory.models import (
     AutoMemoryLog,
     AutoMemorySettings,
-    ExtractionClaim,
+    ExtractionDraft,
     SweepState,
     TaskAutoMemoryFlags,
 )
@@ -115,7 +115,19 @@ class AutoMemoryLogAdmin(admin.ModelAdmin):
 
 @admin.register(SweepState)
 class SweepStateAdmin(admin.ModelAdmin):
-    list_display = ["name", "cursor_updated_at", "cursor_task_id", "last_sweep_at"]
+    """Each sweep's cursor and lease (who sweeps, until when). Read-only: a dead holder's
+    lease expires by itself; deleting a `user:` row only resets that user's cursor."""
+
+    list_display = [
+        "name",
+        "lease_holder",
+        "lease_expires_at",
+        "lease_generation",
+        "last_sweep_at",
+        "cursor_updated_at",
+        "cursor_task_id",
+    ]
+    search_fields = ["name", "lease_holder"]
 
     def has_add_permission(self, request):
         return False
@@ -124,14 +136,14 @@ class SweepStateAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.register(ExtractionClaim)
-class ExtractionClaimAdmin(admin.ModelAdmin):
-    """Sweeps' claims on tasks while they call the memory model. Read-only; deleting a dead
-    worker's claim frees its task for the next sweep before the claim expires."""
+@admin.register(ExtractionDraft)
+class ExtractionDraftAdmin(admin.ModelAdmin):
+    """Paid extractions not yet written (a sweep died, or the consolidation step failed).
+    Read-only; deleting one makes the next sweep pay for that extraction again."""
 
-    list_display = ["task", "claimed_by", "claimed_at", "expires_at"]
+    list_display = ["task", "extract_model", "created_at", "task_updated_at"]
     list_select_related = ["task"]
-    search_fields = ["task__id", "claimed_by"]
+    search_fields = ["task__id", "extract_model"]
 
     def has_add_permission(self, request):
         return False

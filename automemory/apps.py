@@ -8,7 +8,7 @@ class AutoMemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from automemory import checks  # noqa: F401  (registers the system checks)
-        from automemory.services.content import manual_memory_secret_problem
+        from automemory.services.text import manual_memory_secret_problem
         from controlplane.services.memories import memory_content_check_register
 
         # A hand-written memory is injected into every later task: no secrets in it.

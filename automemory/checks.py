@@ -24,9 +24,10 @@ POSITIVE_INTEGERS = (
     "MODEL_INPUT_EVENTS",
     "MODEL_UNAVAILABLE_RETRY_SECONDS",
     "MODEL_UNAVAILABLE_RETRY_MAX_SECONDS",
-    "EXTRACTION_CLAIM_SECONDS",
+    "SWEEP_INTERVAL_SECONDS",
+    "SWEEP_LEASE_SECONDS",
 )
-NON_NEGATIVE_INTEGERS = ("MODEL_MAX_RETRIES", "MODEL_CALLS_PER_SWEEP")
+NON_NEGATIVE_INTEGERS = ("MODEL_MAX_RETRIES", "MODEL_CALLS_PER_SWEEP", "USER_SWEEP_WAIT_SECONDS")
 
 
 @register()
@@ -76,7 +77,42 @@ def automemory_settings_check(app_configs=None, **kwargs) -> list[Error]:
                     id="automemory.E006",
                 )
             )
+    errors.extend(Error(problem, id="automemory.E007") for problem in lease_problems())
     return errors
+
+
+# The most model calls one task needs: its extraction and consolidation, a repair of each.
+MODEL_CALLS_PER_TASK = 4
+
+
+def task_model_seconds_worst() -> float:
+    """How long one task's model calls may take at most: each call times out after
+    `MODEL_TIMEOUT_SECONDS` and is retried `MODEL_MAX_RETRIES` times by the SDK."""
+    timeout = float(conf.get("MODEL_TIMEOUT_SECONDS"))
+    return MODEL_CALLS_PER_TASK * timeout * (int(conf.get("MODEL_MAX_RETRIES")) + 1)
+
+
+def lease_problems() -> list[str]:
+    """The sweep lease must outlast one task's model calls after a renewal (renewed when
+    half is left), or a slow task could see its lease taken over, and its model calls paid
+    twice, while it still works."""
+    lease = conf.get("SWEEP_LEASE_SECONDS")
+    timeout, retries = conf.get("MODEL_TIMEOUT_SECONDS"), conf.get("MODEL_MAX_RETRIES")
+    numbers = (lease, timeout, retries)
+    if any(isinstance(value, bool) or not isinstance(value, int | float) for value in numbers):
+        return []  # reported by the checks of those settings
+    if not isinstance(lease, int) or lease < 1 or timeout <= 0:
+        return []
+    if not isinstance(retries, int) or retries < 0:
+        return []
+    worst = task_model_seconds_worst()
+    if lease / 2 <= worst:
+        return [
+            f"AUTOMEMORY_SWEEP_LEASE_SECONDS ({lease}) must be more than twice one task's "
+            f"worst-case model time ({worst:.0f}s: {MODEL_CALLS_PER_TASK} calls x timeout x "
+            "(retries + 1)); raise it, or lower the model timeout or retries."
+        ]
+    return []
 
 
 def price_table_problems() -> list[str]:

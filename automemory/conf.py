@@ -8,9 +8,10 @@ from typing import Any
 from django.conf import settings
 
 DEFAULTS: dict[str, Any] = {
-    # Dotted path of the callable `(task) -> str` that writes a memory's text when the user
-    # has no `extract_model` (the deterministic excerpt by default).
-    "CONTENT_STRATEGY": "automemory.services.content.memory_content",
+    # Dotted path of the callable `(task, *, injected) -> str` that writes a memory's text
+    # when the user has no `extract_model` (the deterministic excerpt by default); `injected`
+    # are the fingerprints of the memories injected into the task, to remove from its text.
+    "CONTENT_STRATEGY": "automemory.services.extraction.deterministic.memory_content",
     # How many memories of each scope the first turn of a task receives.
     "INJECT_USER_LIMIT": 5,
     "INJECT_PROJECT_LIMIT": 5,
@@ -64,11 +65,18 @@ DEFAULTS: dict[str, Any] = {
     # The most memories one retention pass archives, and how often a worker runs a pass.
     "RETENTION_BATCH_SIZE": 500,
     "RETENTION_INTERVAL_SECONDS": 3600,
-    # How long a sweep's claim on a task (taken before the task's model calls) lasts unless
-    # renewed; a live sweep renews its claims while it works, so this only bounds how long
-    # a task waits when the sweep that claimed it died. Keep it above twice one task's worst
-    # case: timeout x (retries + 1) x 4 calls (extraction, consolidation, a repair of each).
-    "EXTRACTION_CLAIM_SECONDS": 600,
+    # --- One sweeper at a time (docs/auto-memory-reference.md, "The sweep lease") ---
+    # How often a worker's sweeper thread tries the global sweep (one statement when another
+    # worker holds the lease).
+    "SWEEP_INTERVAL_SECONDS": 5,
+    # How long a lease lasts unless renewed. Its holder renews it whenever less than half is
+    # left, before each task's model calls, so this bounds how long sweeping pauses when a
+    # holder dies. Half of it must exceed one task's worst case: timeout x (retries + 1) x 4
+    # calls (extraction, consolidation, a repair of each); `manage.py check` says so.
+    "SWEEP_LEASE_SECONDS": 600,
+    # How long a user's own sweep (the run endpoint, `run_auto_memory --user`) waits while
+    # the global sweep works on that user's tasks, before it answers "busy".
+    "USER_SWEEP_WAIT_SECONDS": 10,
 }
 
 

@@ -1,23 +1,24 @@
 """Prometheus counters of auto memory: sweeps, extractions, injections, redactions.
 
-Counted where the work is done (`services.extractor`, `services.injector`,
-`services.redactor`); listed with their labels in docs/operations.md.
+Counted where the work is done (`services.extraction.sweep`, `services.injector`,
+`services.redactor`); listed with their labels in docs/operations.md. A leaf module: it
+imports nothing of this project, and callers hand it plain values.
 """
-
-from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client import Counter
-
-if TYPE_CHECKING:
-    from automemory.services.extractor import SweepSummary
 
 sweeps = Counter(
     "automemory_sweeps",
     "Extraction sweeps run, by scope (all users at a worker's round end, or one user's run).",
+    ["scope"],
+)
+sweeps_busy = Counter(
+    "automemory_sweeps_busy",
+    "Sweeps not run because another sweeper held the lease, by scope (all users, or one user).",
     ["scope"],
 )
 extractions = Counter(
@@ -49,11 +50,16 @@ redactions = Counter(
 )
 
 
-def sweep_observe(*, summary: SweepSummary, scope: str) -> None:
+def sweep_observe(*, scope: str, retracted: int) -> None:
     """Count one finished sweep and the memories it retracted."""
     sweeps.labels(scope).inc()
-    if summary.retracted:
-        retractions.inc(summary.retracted)
+    if retracted:
+        retractions.inc(retracted)
+
+
+def sweep_busy_observe(*, scope: str) -> None:
+    """Count a sweep not run: another sweeper held the lease."""
+    sweeps_busy.labels(scope).inc()
 
 
 def extractions_observe(*, verdicts: Iterable[tuple[str, str]]) -> None:

@@ -164,7 +164,7 @@ class Fixture:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
-        from automemory.services.extractor import process_auto_memories
+        from automemory.services.extraction.sweep import process_auto_memories
 
         process_auto_memories()  # settle anything left from set-up
         timings, queries = [], []
@@ -198,7 +198,7 @@ class Fixture:
         from django.utils import timezone
 
         from automemory.models import AutoMemoryLog, SweepState
-        from automemory.services.content import goal_key
+        from automemory.services.extraction.goals import goal_key
         from controlplane.models import IdentityMemory
 
         now = timezone.now()
@@ -381,8 +381,8 @@ class UserSweepFixture:
         from django.utils import timezone
 
         from automemory.models import AutoMemoryLog
-        from automemory.services.content import goal_key
-        from automemory.services.extractor import process_auto_memories
+        from automemory.services.extraction.goals import goal_key
+        from automemory.services.extraction.sweep import process_auto_memories
         from controlplane.models import IdentityMemory, Task
 
         add = size - self.history
@@ -444,7 +444,7 @@ class UserSweepFixture:
         from django.db import connection, reset_queries
         from django.test.utils import CaptureQueriesContext
 
-        from automemory.services.extractor import process_auto_memories
+        from automemory.services.extraction.sweep import process_auto_memories
 
         process_auto_memories(user=self.user)  # settle anything left from set-up
         timings, db_timings, queries = [], [], []

@@ -99,7 +99,7 @@ class ModelClock:
     """Time spent inside consolidation's model calls (the fake server's answers)."""
 
     def __init__(self):
-        from automemory.services import consolidation
+        from automemory.services.extraction import consolidation
 
         self.module = consolidation
         self.original = consolidation.model_json_call
@@ -150,7 +150,7 @@ def run(server, *, all_matching: bool) -> None:
 
 
 def bench_caps(fixture) -> None:
-    from automemory.services.extractor import process_auto_memories
+    from automemory.services.extraction.sweep import process_auto_memories
     from controlplane.models import UsageKind, UsageRecord
 
     fixture.completed_tasks(PENDING)
@@ -213,7 +213,7 @@ class Fixture:
 
     def seed(self):
         """A few memories, so that every pending task has candidates and is asked about."""
-        from automemory.services.extractor import process_auto_memories
+        from automemory.services.extraction.sweep import process_auto_memories
 
         self.completed_tasks(3)
         process_auto_memories()
@@ -232,7 +232,7 @@ class Fixture:
         from django.utils import timezone
 
         from automemory.models import AutoMemoryLog
-        from automemory.services.content import goal_key
+        from automemory.services.extraction.goals import goal_key
         from controlplane.models import IdentityMemory, MemorySourceTask, Task
 
         missing = total - self.memories
@@ -285,7 +285,7 @@ class Fixture:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
-        from automemory.services.extractor import process_auto_memories
+        from automemory.services.extraction.sweep import process_auto_memories
 
         per_task_ms, per_task_queries, calls = [], [], 0
         for _ in range(REPEATS):

@@ -218,7 +218,7 @@ class Fixture:
         return UsageRecord.objects.count()
 
     def sweep(self):
-        from automemory.services.extractor import process_auto_memories
+        from automemory.services.extraction.sweep import process_auto_memories
 
         return process_auto_memories()
 
@@ -248,7 +248,7 @@ class Fixture:
         from django.utils import timezone
 
         from automemory.models import AutoMemoryLog, SweepState
-        from automemory.services.content import goal_key
+        from automemory.services.extraction.goals import goal_key
         from controlplane.models import IdentityMemory, UsageRecord
 
         now = timezone.now()

@@ -22,7 +22,8 @@ MANAGE_MEMBERS = "manage_members"
 APPROVE_MEMORY = "approve_memory"
 
 
-def _role_allows(role: str | None, action: str) -> bool:
+def role_allows(role: str | None, action: str) -> bool:
+    """Whether a project role allows `action` (None: not a member, nothing allowed)."""
     if role is None:
         return False
     if action == READ:
@@ -79,7 +80,7 @@ def memories_visible_to(user) -> QuerySet[IdentityMemory]:
 def _check(role: str | None, action: str, what: str) -> None:
     if role is None:
         raise NotFound(f"{what} not found.")
-    if not _role_allows(role, action):
+    if not role_allows(role, action):
         raise PermissionDenied(f"Your role ({role}) does not allow {action} on this project.")
 
 
@@ -115,13 +116,22 @@ def task_get_for(*, user, task_id, action: str = READ) -> Task:
     return task
 
 
+def memory_allows(memory: IdentityMemory, *, user, role: str | None, action: str) -> bool:
+    """Whether `user`, whose role in the memory's project is `role`, may do `action` on it:
+    their own user-level memory allows everything, another's nothing; a project memory
+    follows the role. The rule of `memory_get_for_*`, for pages that show what one may do."""
+    if memory.scope == MemoryScope.USER:
+        return memory.user_id == getattr(user, "pk", None)
+    return role_allows(role, action)
+
+
 def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
     pk = object_id_parse(memory_id)
     memory = IdentityMemory.objects.filter(pk=pk).first() if pk else None
     if memory is None:
         raise NotFound("Memory not found.")
     if memory.scope == MemoryScope.USER:
-        if memory.user_id != user.pk:
+        if not memory_allows(memory, user=user, role=None, action=action):
             raise NotFound("Memory not found.")
         return memory
     _check(project_role(user=user, project_id=memory.project_id), action, "Memory")

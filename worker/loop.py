@@ -1,17 +1,20 @@
 """The worker loop: a plain class whose steps are methods tests call directly.
 
 A round: recover stale tasks, then claim and run tasks (at most `round_max_tasks`, until the
-queue is empty or a stop is asked), then the end-of-round hook (the auto-memory sweep). The
-loop holds no business rules: claiming, quota, finishing and recovery are services.
+queue is empty or a stop is asked). The loop holds no business rules: claiming, quota,
+finishing, recovery and the memory sweep are services.
 
-Recovery does not wait for a round: a background thread re-queues stale tasks every
-heartbeat interval while the worker runs, whatever the worker is doing. Every line logged
-while the worker runs carries its id, and the task's id while it handles one
-(`controlplane.logging.log_context`).
+Two background threads run beside the rounds, each on its own database connection: stale
+task recovery (every heartbeat interval, whatever the worker is doing) and the memory
+sweeper (every `AUTOMEMORY_SWEEP_INTERVAL_SECONDS`: the extraction sweep and the retention
+pass, under a lease, so one worker of many sweeps; the others spend one statement a try).
+No round waits for a memory model. `role` chooses what a process does: `all` (tasks and the
+sweeper), `tasks`, or `sweeper`. Every line logged while the worker runs carries its id,
+and the task's id while it handles one (`controlplane.logging.log_context`).
 
 Signals (installed by `run_worker`): the first SIGINT/SIGTERM lets the task in hand finish
-and then exits; the second kills the executor's subprocess, re-queues the task as a resume of
-the same turn and exits at once.
+(and the sweep leave its remaining tasks) and then exits; the second kills the executor's
+subprocess, re-queues the task as a resume of the same turn and exits at once.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from automemory.services import extractor, injector, retention
+from automemory import conf as automemory_conf
+from automemory.services import injector
+from automemory.services.extraction.sweep import GlobalSweeper
 from controlplane import selectors
 from controlplane.logging import context_thread, log_context
 from controlplane.models import Task
@@ -39,8 +44,13 @@ from worker.executors.base import TokenUsage
 logger = logging.getLogger(__name__)
 
 
+ROLES = ("all", "tasks", "sweeper")
+# How long `run_once` waits for the sweep lease while another worker sweeps.
+ONCE_SWEEP_WAIT_SECONDS = 30.0
+
+
 class WorkerAbort(BaseException):
-    """Raised by the second signal during the end-of-round hook: leave now."""
+    """Raised by the second signal during an inline sweep (`run_once`): leave now."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +179,48 @@ class StaleTaskRecovery:
             connection.close()  # this thread's own connection
 
 
+class SweeperThread:
+    """Runs the memory sweeper's turns (`GlobalSweeper.run`) every `interval` from its own
+    thread and connection, for the worker's whole life; a failed turn is logged and the
+    next one tried. On stop it asks a running sweep to leave its remaining tasks, waits a
+    little for it, and lets go of the lease."""
+
+    def __init__(self, *, sweeper, interval: float, join_seconds: float = 30.0) -> None:
+        self.sweeper = sweeper
+        self.interval = interval
+        self.join_seconds = join_seconds
+        self._stop = threading.Event()
+        self._thread = context_thread(target=self._run, name="memory-sweeper")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.sweeper.stop()
+        if self._thread.is_alive():
+            self._thread.join(self.join_seconds)
+        if self._thread.is_alive():
+            logger.warning("memory sweep still running after %.0fs; leaving it", self.join_seconds)
+            return
+        try:
+            self.sweeper.release()
+        except Exception:
+            logger.warning("could not release the sweep lease; it expires", exc_info=True)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                close_old_connections()  # a broken or expired connection is replaced
+                try:
+                    self.sweeper.run()  # logs what it did
+                except Exception:
+                    logger.exception("memory sweep failed; retrying after the interval")
+                self._stop.wait(self.interval)
+        finally:
+            connection.close()  # this thread's own connection
+
+
 class Worker:
     def __init__(
         self,
@@ -180,7 +232,12 @@ class Worker:
         stale_after_seconds: float | None = None,
         round_max_tasks: int | None = None,
         progress_log_seconds: float | None = None,
+        sweeper=None,
+        sweep_interval: float | None = None,
+        role: str = "all",
     ) -> None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
         self.executor = executor
         self.worker_id = worker_id or services.worker_id_default()
         self.actor_label = services.worker_actor_label(worker_id=self.worker_id)
@@ -195,16 +252,31 @@ class Worker:
         self.aborting = False  # second signal: stop the task in hand, re-queue it, leave
         self._control: ExecutionControl | None = None
         self._in_hook = False
-        self._retention_due_at = 0.0  # monotonic time of the next retention pass
+        self.role = role
+        self.sweeper = sweeper or GlobalSweeper(holder=f"{self.actor_label} sweeper")
+        self.sweep_interval = (
+            automemory_conf.get("SWEEP_INTERVAL_SECONDS")
+            if sweep_interval is None
+            else sweep_interval
+        )
+        self._sweeper_thread: SweeperThread | None = None
         self._recovery: StaleTaskRecovery | None = None
         self._log_context = contextlib.ExitStack()
 
     # --- Entry points -------------------------------------------------------------------------
 
     def run_forever(self) -> None:
-        """Run rounds until a signal asks to stop; sleep `poll_interval` after an idle round."""
+        """Run rounds until a signal asks to stop; sleep `poll_interval` after an idle round.
+
+        With role `sweeper`, only the sweeper runs (in this thread) until the stop.
+        """
         self._started()
         try:
+            if self.role == "sweeper":
+                while not self.stopping:
+                    self.sweep_now()
+                    self._sleep(self.sweep_interval)
+                return
             while not self.stopping:
                 try:
                     report = self.run_round()
@@ -222,10 +294,21 @@ class Worker:
             self._stopped()
 
     def run_once(self) -> RoundReport:
-        """Process every task queued when called (and nothing queued later), then one sweep."""
-        self._started()
+        """Process every task queued when called (and nothing queued later), then one sweep
+        (waiting a little while another worker sweeps; skipped when it keeps the lease)."""
+        self._started(sweeper_thread=False)
         try:
-            return self.run_round(queued_before=timezone.now(), max_tasks=None)
+            report = RoundReport()
+            if self.role != "sweeper":
+                report = self.run_round(queued_before=timezone.now(), max_tasks=None)
+            if not self.aborting and self.role != "tasks":
+                self._in_hook = True
+                try:
+                    self.sweep_now(wait=ONCE_SWEEP_WAIT_SECONDS)
+                finally:
+                    self._in_hook = False
+                    self.sweeper.release()
+            return report
         except WorkerAbort:
             logger.warning("worker %s: stopped at once", self.worker_id)
             return RoundReport()
@@ -237,7 +320,7 @@ class Worker:
     def run_round(
         self, *, queued_before: datetime | None = None, max_tasks: int | None = -1
     ) -> RoundReport:
-        """Recover stale tasks, run queued tasks, run the end-of-round hook; report what ran."""
+        """Recover stale tasks, then run queued tasks; report what ran."""
         if max_tasks == -1:
             max_tasks = self.round_max_tasks
         started = time.monotonic()
@@ -251,12 +334,6 @@ class Worker:
             if task is None:
                 break
             report.runs.append(self.run_one(task))
-        if not self.aborting:
-            self._in_hook = True
-            try:
-                self.end_of_round()
-            finally:
-                self._in_hook = False
         report.seconds = time.monotonic() - started
         if report.did_work:
             outcomes: dict[str, int] = {}
@@ -311,26 +388,15 @@ class Worker:
             task_id=task.pk, turn=task.turn, outcome=outcome, seconds=seconds, reason=reason
         )
 
-    def end_of_round(self) -> None:
-        """Run the auto-memory sweep, then the retention pass when due; a failure of either is
-        logged and never stops the worker."""
+    def sweep_now(self, *, wait: float = 0) -> None:
+        """One turn of the memory sweeper in this thread (the sweep and, when due, the
+        retention pass), waiting up to `wait` seconds for the lease; a failure is logged and
+        never stops the worker."""
         try:
-            extractor.process_auto_memories()  # logs what it did
+            if self.sweeper.run(wait=wait) is None:
+                logger.info("memory sweep skipped: another worker holds the sweep lease")
         except Exception:
-            logger.exception("end-of-round memory sweep failed")
-        try:
-            self.archive_unused_memories()
-        except Exception:
-            logger.exception("end-of-round retention pass failed")
-
-    def archive_unused_memories(self) -> None:
-        """Archive unused auto memories, at most once per `AUTOMEMORY_RETENTION_INTERVAL_SECONDS`
-        (a failed pass also waits one interval rather than retrying every round)."""
-        now = time.monotonic()
-        if now < self._retention_due_at:
-            return
-        self._retention_due_at = now + retention.retention_interval_seconds()
-        retention.memories_archive_unused(now=timezone.now())  # logs what it archived
+            logger.exception("memory sweep failed")
 
     def prepare(self, task: Task) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector.
@@ -378,6 +444,7 @@ class Worker:
         name = signal.Signals(signum).name
         if not self.stopping:
             self.stopping = True
+            self.sweeper.stop()
             logger.warning(
                 "%s: finishing the task in hand, then exiting (send again to stop at once)", name
             )
@@ -388,7 +455,7 @@ class Worker:
         if control is not None:
             control.cancel()  # run_one sees `aborting` and re-queues the task
         if self._in_hook:
-            raise WorkerAbort  # leave the memory sweep; it commits task by task
+            raise WorkerAbort  # leave the inline memory sweep; it commits task by task
 
     # --- Internals ----------------------------------------------------------------------------
 
@@ -457,7 +524,7 @@ class Worker:
                 return
             time.sleep(min(left, 0.1))
 
-    def _started(self) -> None:
+    def _started(self, *, sweeper_thread: bool = True) -> None:
         self._log_context.enter_context(log_context(worker_id=self.worker_id))
         services.worker_register(worker_id=self.worker_id, executor=self.executor.name)
         logger.info(
@@ -468,8 +535,16 @@ class Worker:
         )
         self._recovery = StaleTaskRecovery(worker=self, interval=self.heartbeat_seconds)
         self._recovery.start()
+        if sweeper_thread and self.role == "all":
+            self._sweeper_thread = SweeperThread(sweeper=self.sweeper, interval=self.sweep_interval)
+            self._sweeper_thread.start()
 
     def _stopped(self) -> None:
+        if self._sweeper_thread is not None:
+            self._sweeper_thread.stop()
+            self._sweeper_thread = None
+        elif self.role == "sweeper":
+            self.sweeper.release()
         if self._recovery is not None:
             self._recovery.stop()
             self._recovery = None

@@ -8,7 +8,7 @@ from rest_framework.views import APIView
 
 from automemory import selectors
 from automemory.api import serializers as s
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import SweepBusy, process_auto_memories
 from automemory.services.preferences import (
     SETTINGS_FIELDS,
     effective_switch,
@@ -96,11 +96,16 @@ class AutoMemoryRunView(APIView):
 
     @extend_schema(
         request=s.RunInputSerializer,
-        responses={200: s.RunSummarySerializer, **errors(400, 401)},
+        responses={200: s.RunSummarySerializer, **errors(400, 401, 409)},
     )
     def post(self, request: Request) -> Response:
         force = validated(s.RunInputSerializer, request.data)["force"]
-        summary = process_auto_memories(user=request.user, force=force)
+        try:
+            summary = process_auto_memories(user=request.user, force=force)
+        except SweepBusy as busy:
+            return Response(
+                busy.as_body(), status=busy.status_code, headers={"Retry-After": busy.retry_after}
+            )
         return Response(s.RunSummarySerializer(summary.as_dict()).data)
 
 

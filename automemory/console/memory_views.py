@@ -22,15 +22,19 @@ from automemory.console.memory_forms import (
 )
 from automemory.console.views import access_get
 from controlplane.access import (
+    APPROVE_MEMORY,
+    CREATE_TASK,
+    memory_allows,
     memory_get_for_approve,
     memory_get_for_change,
     memory_get_for_delete,
     object_id_parse,
     project_get_for,
     project_role,
+    role_allows,
 )
 from controlplane.errors import DomainError
-from controlplane.models import CREATE_TASK_ROLES, IdentityMemory, MemoryScope, Role
+from controlplane.models import IdentityMemory, MemoryScope
 from controlplane.selectors import task_list
 from controlplane.services import memories as memory_services
 
@@ -63,13 +67,16 @@ def _memory_visible(request: HttpRequest, memory_id) -> tuple[IdentityMemory, st
     return memory, project_role(user=request.user, project_id=memory.project_id)
 
 
-def _may_change(memory: IdentityMemory, role: str | None) -> bool:
-    """The same rule as `controlplane.access.memory_get_for_delete`, for showing buttons."""
-    return memory.scope == MemoryScope.USER or role in CREATE_TASK_ROLES
+def _may_change(memory: IdentityMemory, *, user, role: str | None) -> bool:
+    return memory_allows(memory, user=user, role=role, action=CREATE_TASK)
 
 
-def _may_approve(memory: IdentityMemory, role: str | None) -> bool:
-    return memory.scope == MemoryScope.PROJECT and role == Role.OWNER and memory.awaiting_approval
+def _may_approve(memory: IdentityMemory, *, user, role: str | None) -> bool:
+    return (
+        memory.scope == MemoryScope.PROJECT
+        and memory.awaiting_approval
+        and memory_allows(memory, user=user, role=role, action=APPROVE_MEMORY)
+    )
 
 
 @require_GET
@@ -110,8 +117,8 @@ def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
         "page_obj": page_obj,
         "scope": scope,
         "filtered": form.is_valid() and any(form.cleaned_data.values()),
-        "can_change": scope == MemoryScope.USER or role in CREATE_TASK_ROLES,
-        "can_approve": scope == MemoryScope.PROJECT and role == Role.OWNER,
+        "can_change": scope == MemoryScope.USER or role_allows(role, CREATE_TASK),
+        "can_approve": scope == MemoryScope.PROJECT and role_allows(role, APPROVE_MEMORY),
     }
     # The filter form swaps only the list in place; anything else (a reload, history
     # restore) gets the whole page.
@@ -135,8 +142,8 @@ def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
     context = {
         "memory": memory,
         "role": role,
-        "can_change": _may_change(memory, role),
-        "can_approve": _may_approve(memory, role),
+        "can_change": _may_change(memory, user=request.user, role=role),
+        "can_approve": _may_approve(memory, user=request.user, role=role),
         "back_url": _memory_return_url(memory),
     }
     return render(request, "console/memory_detail.html", context)

@@ -12,8 +12,8 @@ from automemory.console.explanations import reason_explanation
 from automemory.console.memory_forms import TaskFlagsForm, flag_choice
 from automemory.console.views import access_get
 from automemory.services.preferences import effective_switch, flags_get, flags_set, settings_get
-from controlplane.access import CREATE_TASK, READ, project_role, task_get_for
-from controlplane.models import CREATE_TASK_ROLES, Task
+from controlplane.access import CREATE_TASK, READ, project_role, role_allows, task_get_for
+from controlplane.models import Task
 
 
 def _task_context(request: HttpRequest, task: Task, flags_form: TaskFlagsForm | None) -> dict:
@@ -33,7 +33,7 @@ def _task_context(request: HttpRequest, task: Task, flags_form: TaskFlagsForm | 
         "page": page,
         "reason_explanation": reason_explanation(page.log.reason) if page.log else "",
         "role": role,
-        "can_set_flags": role in CREATE_TASK_ROLES,
+        "can_set_flags": role_allows(role, CREATE_TASK),
         "flags": flags,
         "flags_form": flags_form,
         "effective_use_memories": effective_switch(flags.use_memories, prefs.use_memories),

@@ -29,7 +29,7 @@ from automemory.api.serializers import (
 from automemory.console import forms
 from automemory.console.explanations import REASON_EXPLANATIONS, reason_explanation
 from automemory.models import Outcome, Reason
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import SweepBusy, process_auto_memories
 from automemory.services.preferences import SETTINGS_FIELDS, settings_get, settings_update
 from controlplane.access import projects_visible_to
 from controlplane.api.throttling import FailedAuthThrottle, UserThrottle
@@ -278,7 +278,23 @@ def run_now(request: HttpRequest) -> HttpResponse:
         )
         response["Retry-After"] = str(wait)
         return response
-    summary = process_auto_memories(user=request.user, force=force).as_dict()
+    try:
+        summary = process_auto_memories(user=request.user, force=force).as_dict()
+    except SweepBusy as busy:
+        response = render(
+            request,
+            "console/run_result.html",
+            {
+                "base_template": "console/base.html",
+                "problems": [
+                    "A sweep is working on your tasks right now. Try again in "
+                    f"{busy.retry_after} seconds; its results will show in the log."
+                ],
+            },
+            status=409,
+        )
+        response["Retry-After"] = str(busy.retry_after)
+        return response
     request.session[RUN_SUMMARY_SESSION_KEY] = dict(RunSummarySerializer(summary).data)
     return redirect("console:log")
 

@@ -17,12 +17,14 @@ import functools
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 import openai
+from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -178,6 +180,7 @@ class _Answer:
     raw: str
     problem: str | None
     data: dict | None
+    response: Any = None
 
 
 def model_json_call(
@@ -191,6 +194,7 @@ def model_json_call(
     schema_name: str,
     schema: dict,
     calls: SweepModelCalls | None = None,
+    keep_answer: Callable[[dict], None] | None = None,
 ) -> dict:
     """Ask `model` for a JSON object matching `schema`; return it.
 
@@ -201,6 +205,10 @@ def model_json_call(
     is sent back once with what is wrong; a second bad answer raises `ModelOutputInvalid`.
     Transport failures, 429 and 5xx raise `ModelUnavailable`. Never call it inside a
     database transaction: it waits on the network.
+
+    `keep_answer(data)` is run in the transaction that writes the ledger row of the call
+    whose answer is returned, so what the caller keeps of a paid answer (a draft) is stored
+    exactly when its payment is, and a crash cannot leave one without the other.
     """
     memory_budget_check(user_id=user.pk)
     messages: list[dict[str, str]] = [
@@ -210,7 +218,7 @@ def model_json_call(
     answer = _call(user=user, task=task, kind=kind, model=model, messages=messages,
                    schema_name=schema_name, schema=schema, calls=calls)  # fmt: skip
     if answer.problem is None:
-        return answer.data
+        return _accepted(answer, user=user, task=task, kind=kind, model=model, keep=keep_answer)
     logger.info(
         "memory model %r answered %d characters that %s; asking once more",
         model,
@@ -230,7 +238,7 @@ def model_json_call(
     repaired = _call(user=user, task=task, kind=kind, model=model, messages=messages,
                      schema_name=schema_name, schema=schema, calls=calls)  # fmt: skip
     if repaired.problem is None:
-        return repaired.data
+        return _accepted(repaired, user=user, task=task, kind=kind, model=model, keep=keep_answer)
     raise ModelOutputInvalid(
         f"the model's answer {repaired.problem} ({len(repaired.raw)} characters), "
         "also after one repair retry",
@@ -238,7 +246,27 @@ def model_json_call(
     )
 
 
+def _accepted(answer: _Answer, *, user, task, kind, model: str, keep) -> dict:
+    """Record the accepted answer's call in the ledger, with what the caller keeps of it.
+
+    When keeping fails, the call is still recorded (it was paid for) and the failure raised.
+    """
+    try:
+        with transaction.atomic():
+            _record_usage(user=user, task=task, kind=kind, model=model, response=answer.response)
+            if keep is not None:
+                keep(answer.data)
+    except Exception:
+        if keep is None:
+            raise
+        _record_usage(user=user, task=task, kind=kind, model=model, response=answer.response)
+        raise
+    return answer.data
+
+
 def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _Answer:
+    """One HTTP call and its answer checked; its ledger row is written here unless the answer
+    is usable (then by `_accepted`, with what the caller keeps of it)."""
     if calls is not None and model in calls.unavailable:
         raise ModelUnavailable(f"{calls.unavailable[model]} (earlier in this sweep; not retried)")
     if calls is not None and not calls.take():
@@ -249,16 +277,19 @@ def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _
         if calls is not None:
             calls.unavailable[model] = str(exc)
         raise
-    _record_usage(user=user, task=task, kind=kind, model=model, response=response)
     raw = _answer_text(response)
     try:
         data = json.loads(raw)
     except ValueError:
-        return _Answer(raw, "is not valid JSON", None)
-    problem = schema_problem(data, schema)
+        data, problem = None, "is not valid JSON"
+    else:
+        problem = schema_problem(data, schema)
+        if problem is not None:
+            problem = f"does not match the schema ({problem})"
     if problem is not None:
-        return _Answer(raw, f"does not match the schema ({problem})", None)
-    return _Answer(raw, None, data)
+        _record_usage(user=user, task=task, kind=kind, model=model, response=response)
+        return _Answer(raw, problem, None)
+    return _Answer(raw, None, data, response)
 
 
 def _request(*, model, messages, schema_name, schema):

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from django.conf import settings
 
 from automemory.services.redactor import redact
-from controlplane.models import AuditEvent, IdentityMemory, Membership, MemoryScope, Task
+from controlplane.models import AuditEvent, IdentityMemory, Task
 
 HEADER = (
     "## Past memories (for reference only)\n"
@@ -328,7 +328,7 @@ def matching_fingerprints(text: str, *, fingerprints: Sequence[Fingerprint]) -> 
     ]
 
 
-# --- What a task received, and what its project must never hold -------------------------------
+# --- What a task received -----------------------------------------------------------------------
 
 
 def _snapshots_by_task(task_ids: Sequence[int]) -> dict[int, list[Fingerprint]]:
@@ -347,71 +347,60 @@ def _snapshots_by_task(task_ids: Sequence[int]) -> dict[int, list[Fingerprint]]:
     return found
 
 
-def task_injected_fingerprints(task: Task) -> list[Fingerprint]:
-    """Every memory injected into `task`: as it is now (edited or not) and as it was injected.
+@dataclass(frozen=True)
+class Injected:
+    """The memories injected into one task's first turn, as fingerprints.
 
-    No query for a task that received nothing; else two (the memories still stored, and the
-    injection's audit snapshot, which also covers memories deleted since).
+    `current`: those still stored, as they are now (edited or not); `recorded`: as the
+    injector recorded them (which also covers memories deleted since); `unrecorded`: how
+    many are gone and were never recorded (injected before fingerprints were), so their text
+    cannot be recognised.
     """
-    memory_ids = list(task.injected_memory_ids or [])
-    if not memory_ids:
-        return []
-    fingerprints = [
-        memory_fingerprint(memory) for memory in IdentityMemory.objects.filter(pk__in=memory_ids)
-    ]
-    return fingerprints + _snapshots_by_task([task.pk]).get(task.pk, [])
+
+    current: tuple[Fingerprint, ...] = ()
+    recorded: tuple[Fingerprint, ...] = ()
+    unrecorded: int = 0
+
+    @property
+    def fingerprints(self) -> list[Fingerprint]:
+        """Every fingerprint to remove from what the task wrote."""
+        return [*self.current, *self.recorded]
+
+
+NOTHING_INJECTED = Injected()
 
 
 @dataclass(frozen=True)
 class PrivateTexts:
-    """What one task's project memory must never hold.
-
-    `unverifiable` counts memories injected into the task that are gone and whose fingerprint
-    was never recorded (injected before fingerprints were): their text cannot be recognised.
-    """
+    """What one task's project memory must never hold: the fingerprints of user-level
+    memories (of the task's user, of the project's members, and those injected into it), and
+    how many injected ones are gone unrecorded, so that their text cannot be checked."""
 
     fingerprints: list[Fingerprint] = field(default_factory=list)
     unverifiable: int = 0
 
 
-def private_texts_for(tasks: Sequence[Task]) -> dict[int, PrivateTexts]:
-    """Per task id, the user-level memories its project memory must never hold.
-
-    That is every user-level memory, in any status, of the task's user and of every member of
-    the task's project (a member's private text can arrive through an inter-task message),
-    and the user-level memories recorded at the task's injection (deleted since, or edited).
-    At most four queries for the whole batch.
-    """
-    if not tasks:
+def injected_for(tasks: Sequence[Task]) -> dict[int, Injected]:
+    """Per task id, what its first turn received (`Injected`); tasks that received nothing
+    are left out. Two queries for the whole batch, none when no task received anything."""
+    receivers = [task for task in tasks if task.injected_memory_ids]
+    if not receivers:
         return {}
-    project_ids = {task.project_id for task in tasks}
-    members: dict[int, set[int]] = {}
-    for project_id, user_id in Membership.objects.filter(project_id__in=project_ids).values_list(
-        "project_id", "user_id"
-    ):
-        members.setdefault(project_id, set()).add(user_id)
-    user_ids = {task.user_id for task in tasks}.union(*members.values())
-    by_user: dict[int, list[Fingerprint]] = {}
-    for memory in IdentityMemory.objects.filter(scope=MemoryScope.USER, user_id__in=user_ids).only(
-        "pk", "scope", "user_id", "content"
-    ):
-        by_user.setdefault(memory.user_id, []).append(memory_fingerprint(memory))
-    injected_tasks = [task for task in tasks if task.injected_memory_ids]
-    injected = _snapshots_by_task([task.pk for task in injected_tasks])
-    injected_ids = {pk for task in injected_tasks for pk in task.injected_memory_ids}
-    stored = set(
-        IdentityMemory.objects.filter(pk__in=injected_ids).values_list("pk", flat=True)
-        if injected_ids
-        else ()
-    )
+    memory_ids = {pk for task in receivers for pk in task.injected_memory_ids}
+    stored = {
+        memory.pk: memory_fingerprint(memory)
+        for memory in IdentityMemory.objects.filter(pk__in=memory_ids).only(
+            "pk", "scope", "user_id", "content"
+        )
+    }
+    snapshots = _snapshots_by_task([task.pk for task in receivers])
     result = {}
-    for task in tasks:
-        owners = members.get(task.project_id, set()) | {task.user_id}
-        recorded = injected.get(task.pk, [])
-        known = stored | {fp.memory_id for fp in recorded}
-        result[task.pk] = PrivateTexts(
-            fingerprints=[fp for user_id in owners for fp in by_user.get(user_id, [])]
-            + [fp for fp in recorded if fp.scope == MemoryScope.USER],
-            unverifiable=len(set(task.injected_memory_ids or ()) - known),
+    for task in receivers:
+        recorded = snapshots.get(task.pk, [])
+        known = set(stored) | {fingerprint.memory_id for fingerprint in recorded}
+        result[task.pk] = Injected(
+            current=tuple(stored[pk] for pk in task.injected_memory_ids if pk in stored),
+            recorded=tuple(recorded),
+            unrecorded=len(set(task.injected_memory_ids) - known),
         )
     return result

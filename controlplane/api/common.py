@@ -12,6 +12,7 @@ ERRORS = {
     401: OpenApiResponse(description="Not authenticated."),
     403: OpenApiResponse(description="Authenticated, but the role does not allow it."),
     404: OpenApiResponse(description="No such object, or not visible to the caller."),
+    409: OpenApiResponse(description="The object's state forbids it now: `{detail}`."),
 }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -134,8 +135,9 @@ class FakeOpenAI:
         with self._lock:
             self._queue.extend(replies)
 
-    def respond_with(self, reply: Reply) -> None:
-        """Answer every request with `reply` once the queue is empty."""
+    def respond_with(self, reply: Reply | Callable[[RecordedRequest], Reply]) -> None:
+        """Answer every request with `reply` once the queue is empty; a callable is called with
+        each request (in the server's thread) and answers with what it returns."""
         with self._lock:
             self._default = reply
 
@@ -143,14 +145,17 @@ class FakeOpenAI:
     def completion_requests(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.path == COMPLETIONS_PATH]
 
-    def _next_reply(self, path: str) -> Reply:
-        if path != COMPLETIONS_PATH:
-            return http_error(404, f"no route {path}")
+    def _next_reply(self, request: RecordedRequest) -> Reply:
+        if request.path != COMPLETIONS_PATH:
+            return http_error(404, f"no route {request.path}")
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
-            if self._default is not None:
-                return self._default
+            default = self._default
+        if callable(default):
+            return default(request)
+        if default is not None:
+            return default
         return http_error(500, "no scripted response")
 
     def _handler_class(self):
@@ -164,13 +169,12 @@ class FakeOpenAI:
                     body = json.loads(raw or b"null")
                 except ValueError:
                     body = raw.decode("utf-8", "replace")
+                recorded = RecordedRequest(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                )
                 with fake._lock:
-                    fake.requests.append(
-                        RecordedRequest(
-                            self.path, {k.lower(): v for k, v in self.headers.items()}, body
-                        )
-                    )
-                reply = fake._next_reply(self.path)
+                    fake.requests.append(recorded)
+                reply = fake._next_reply(recorded)
                 if reply.delay and fake._stopping.wait(reply.delay):
                     return
                 payload = json.dumps(reply.body).encode()

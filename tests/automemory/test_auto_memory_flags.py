@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories
 from controlplane.models import IdentityMemory, MemorySource
 from controlplane.services.memories import memory_update

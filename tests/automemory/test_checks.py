@@ -37,14 +37,14 @@ def test_every_count_and_duration_setting_is_checked(settings, name, bad):
     assert f"AUTOMEMORY_{name}" in problems[0].msg
 
 
-def summarise(task):
+def summarise(task, *, injected):
     return f"summary of {task.prompt}"
 
 
 def test_the_configured_strategy_writes_the_memory(
     settings, task_factory, project, alice, auto_memory_on
 ):
-    from automemory.services.extractor import process_auto_memories
+    from automemory.services.extraction.sweep import process_auto_memories
     from controlplane.models import IdentityMemory
 
     settings.AUTOMEMORY_CONTENT_STRATEGY = "tests.automemory.test_checks.summarise"

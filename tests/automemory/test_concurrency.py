@@ -19,7 +19,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 SWEEP = (
     "import sys;"
     "from django.contrib.auth import get_user_model;"
-    "from automemory.services.extractor import process_auto_memories;"
+    "from automemory.services.extraction.sweep import process_auto_memories;"
     "user = get_user_model().objects.get(username=sys.argv[1]) if sys.argv[1:] else None;"
     "[process_auto_memories(user=user, force=bool(user)) for _ in range(3)]"
 )

@@ -13,16 +13,15 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from automemory.models import AutoMemoryLog
-from automemory.services.consolidation import (
-    Action,
-    Decision,
+from automemory.services.extraction.consolidation import (
     DecisionInvalid,
     consolidation_candidates,
     decision_parse,
-    memory_decision_apply,
 )
-from automemory.services.content import goal_key
-from automemory.services.extractor import EXTRACTION_REASONS, process_auto_memories
+from automemory.services.extraction.goals import goal_key
+from automemory.services.extraction.summary import EXTRACTION_REASONS
+from automemory.services.extraction.sweep import process_auto_memories
+from automemory.services.extraction.writing import Action, Decision, memory_decision_apply
 from controlplane.models import (
     IdentityMemory,
     MemorySource,

@@ -32,7 +32,7 @@ from tests.automemory.processes import sweeping_process_start
 MODEL = "fake-consolidator"
 ACTIONS = ("add", "update", "supersede", "noop")
 SWEEPS = (
-    "from automemory.services.extractor import process_auto_memories;"
+    "from automemory.services.extraction.sweep import process_auto_memories;"
     "[process_auto_memories() for _ in range(4)]"
 )
 

@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 
 from automemory.models import AutoMemoryLog
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import IdentityMemory, MemorySource
 
 BADGE = "Add a CI badge to the README"

@@ -15,7 +15,7 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
     AuditEvent,
     IdentityMemory,

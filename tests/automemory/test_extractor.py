@@ -8,7 +8,8 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from automemory.models import AutoMemoryLog, SweepState, TaskAutoMemoryFlags
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.deterministic import memory_content
+from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
     IdentityMemory,
     MemoryScope,
@@ -539,19 +540,21 @@ def test_a_user_sweep_touches_only_that_users_tasks(
     assert not AutoMemoryLog.objects.exists()
 
 
-def test_errors_are_logged_and_the_sweep_goes_on(task_factory, project, alice, on, monkeypatch):
+def flaky_strategy(task, *, injected):
+    """A content strategy that fails on the task whose prompt is "bad"."""
+    if task.prompt == "bad":
+        raise ValueError("cannot render password=hunter22")
+    return memory_content(task, injected=injected)
+
+
+def broken_strategy(task, *, injected):
+    raise ValueError("renderer broke")
+
+
+def test_errors_are_logged_and_the_sweep_goes_on(task_factory, project, alice, on, settings):
     bad = task_factory(project, alice, prompt="bad", completed=True)
     good = task_factory(project, alice, prompt="good", completed=True)
-    from automemory.services import extractor
-
-    real = extractor.render_memory_content
-
-    def flaky(task):
-        if task.pk == bad.pk:
-            raise ValueError("cannot render password=hunter22")
-        return real(task)
-
-    monkeypatch.setattr(extractor, "render_memory_content", flaky)
+    settings.AUTOMEMORY_CONTENT_STRATEGY = f"{__name__}.flaky_strategy"
     summary = process_auto_memories(user=alice)
     assert summary.errors == 1
     assert summary.extracted == 1
@@ -613,15 +616,8 @@ def test_a_low_quota_is_looked_at_again_later(task_factory, project, alice, on, 
     assert process_auto_memories(now=start + timedelta(seconds=61)).extracted == 1
 
 
-def test_errors_back_off_and_stop_after_five_attempts(
-    task_factory, project, alice, on, monkeypatch
-):
-    from automemory.services import extractor
-
-    def broken(task):
-        raise ValueError("renderer broke")
-
-    monkeypatch.setattr(extractor, "render_memory_content", broken)
+def test_errors_back_off_and_stop_after_five_attempts(task_factory, project, alice, on, settings):
+    settings.AUTOMEMORY_CONTENT_STRATEGY = f"{__name__}.broken_strategy"
     task = task_factory(project, alice, completed=True)
     now = timezone.now()
     process_auto_memories(now=now)

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings
 from automemory.services import llm
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories
 from controlplane.models import (
     IdentityMemory,

@@ -150,3 +150,15 @@ def test_a_price_table_that_is_not_json_stops_the_process_naming_the_variable():
 
     assert result.returncode != 0
     assert "ImproperlyConfigured: AUTOMEMORY_MODEL_PRICES=" in result.stderr
+
+
+def test_the_sweep_lease_must_outlast_one_tasks_model_calls_after_a_renewal(settings):
+    # 4 calls x 30 s x (1 retry + 1) = 240 s of model time for one task at worst.
+    settings.AUTOMEMORY_MODEL_TIMEOUT_SECONDS = 30
+    settings.AUTOMEMORY_MODEL_MAX_RETRIES = 1
+    settings.AUTOMEMORY_SWEEP_LEASE_SECONDS = 480  # renewed at 240 s left: not enough
+    [(problem_id, message)] = problems()
+    assert problem_id == "automemory.E007"
+    assert "240s" in message
+    settings.AUTOMEMORY_SWEEP_LEASE_SECONDS = 481
+    assert problems() == []

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from automemory.models import AutoMemoryLog
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories, render_memory_block
 from automemory.services.provenance import (
     fence_begin,
@@ -266,7 +266,7 @@ def test_the_error_detail_of_a_failed_extraction_holds_no_private_text(
     assert_nothing_private(log.detail.casefold())
 
 
-def exploding_strategy(task) -> str:
+def exploding_strategy(task, *, injected) -> str:
     raise ValueError(f"cannot summarise {task.result_text}")
 
 

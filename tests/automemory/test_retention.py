@@ -234,15 +234,30 @@ def test_the_worker_runs_a_pass_at_most_once_per_interval(
     with freeze_time(START) as clock:  # freezegun moves the monotonic clock too
         first = auto_memory(project, alice)
         clock.tick(timedelta(days=2))
-        worker.end_of_round()
+        worker.sweep_now()
         assert _status(first) == MemoryStatus.ARCHIVED
         second = auto_memory(project, alice)
         clock.tick(timedelta(days=2))
-        worker.end_of_round()  # two days after the last pass: not due
+        worker.sweep_now()  # two days after the last pass: not due
         assert _status(second) == MemoryStatus.ACTIVE
         clock.tick(timedelta(days=3, seconds=1))
-        worker.end_of_round()
+        worker.sweep_now()
         assert _status(second) == MemoryStatus.ARCHIVED
+
+
+def test_only_the_sweep_lease_holder_archives(project, alice, auto_memory, retention_days):
+    retention_days(alice, 1)
+    holder = Worker(executor=EchoExecutor(), heartbeat_seconds=0, poll_interval=0)
+    other = Worker(executor=EchoExecutor(), heartbeat_seconds=0, poll_interval=0)
+    with freeze_time(START) as clock:
+        memory = auto_memory(project, alice)
+        clock.tick(timedelta(days=2))
+        holder.sweeper.sweep()  # takes the lease (and keeps it), archives nothing itself
+        other.sweep_now()
+        assert _status(memory) == MemoryStatus.ACTIVE
+        holder.sweeper.release()
+        other.sweep_now()
+        assert _status(memory) == MemoryStatus.ARCHIVED
 
 
 def test_run_auto_memory_command_archives_with_the_flag(

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings, TaskAutoMemoryFlags
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.preferences import SETTINGS_FIELDS
 from controlplane.models import AuditEvent, IdentityMemory
 from tests.automemory.fake_openai import answer

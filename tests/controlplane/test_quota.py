@@ -10,7 +10,7 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from automemory.models import AutoMemoryLog
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import AuditEvent, Quota, Task
 from controlplane.services.quota import quota_status_get, quota_statuses_get
 from controlplane.services.usage import usage_record

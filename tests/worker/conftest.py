@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.utils import timezone
 
-from automemory.services.extractor import SweepSummary
+from automemory.services.extraction.summary import SweepSummary
 from automemory.services.injector import InjectionResult
 from controlplane.models import Membership, Project, Role, Task
 from worker.executors import ExecutionResult
@@ -51,18 +51,27 @@ class MemoryHooks:
             memory_ids=list(self.memory_ids),
         )
 
-    def sweep(self, *, user=None, force=False, now=None):
+    # The sweeper the worker is given (`Worker(sweeper=...)`): its turns, stop and release.
+    stops: int = 0
+    releases: int = 0
+
+    def run(self, wait=0):
         self.sweeps += 1
         if self.sweep_error:
             raise self.sweep_error
         return SweepSummary()
+
+    def stop(self):
+        self.stops += 1
+
+    def release(self):
+        self.releases += 1
 
 
 @pytest.fixture(autouse=True)
 def memory_hooks(monkeypatch):
     hooks = MemoryHooks()
     monkeypatch.setattr("automemory.services.injector.inject_memories", hooks.inject)
-    monkeypatch.setattr("automemory.services.extractor.process_auto_memories", hooks.sweep)
     return hooks
 
 
@@ -89,8 +98,9 @@ def spy_executor():
 
 
 @pytest.fixture
-def worker_factory(db):
+def worker_factory(db, memory_hooks):
     def make(executor=None, **options):
+        options.setdefault("sweeper", memory_hooks)
         options.setdefault("heartbeat_seconds", 0)
         options.setdefault("poll_interval", 0)
         options.setdefault("worker_id", "test-worker")

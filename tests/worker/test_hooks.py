@@ -1,4 +1,5 @@
-"""The auto-memory hooks: injection before the run (in memory only), the sweep after a round."""
+"""The auto-memory hooks: injection before the run (in memory only); the sweep beside the rounds,
+never inside one (only `--once` sweeps inline, after its tasks)."""
 
 import logging
 
@@ -58,11 +59,19 @@ def test_a_failing_injector_leaves_the_task_running_without_memories(
     assert "memory injection failed" in caplog.text
 
 
-def test_the_sweep_runs_at_the_end_of_every_round(worker, memory_hooks, project, task_factory):
+def test_a_round_never_sweeps(worker, memory_hooks, project, task_factory):
     worker.run_round()
     task_factory(project)
     worker.run_round()
-    assert memory_hooks.sweeps == 2
+    assert memory_hooks.sweeps == 0
+
+
+def test_run_once_sweeps_once_after_its_tasks_and_lets_go_of_the_lease(
+    worker, memory_hooks, project, task_factory
+):
+    task_factory(project)
+    worker.run_once()
+    assert (memory_hooks.sweeps, memory_hooks.releases) == (1, 1)
 
 
 def test_a_failing_sweep_is_logged_and_the_worker_goes_on(
@@ -72,9 +81,9 @@ def test_a_failing_sweep_is_logged_and_the_worker_goes_on(
     first = task_factory(project)
 
     with caplog.at_level(logging.ERROR, logger="worker.loop"):
-        worker.run_round()
+        worker.run_once()
     second = task_factory(project)
-    worker.run_round()
+    worker.run_once()
 
     first.refresh_from_db()
     second.refresh_from_db()
@@ -84,16 +93,18 @@ def test_a_failing_sweep_is_logged_and_the_worker_goes_on(
 
 
 def test_the_real_hooks_not_being_ready_does_not_stop_a_task(
-    project, task_factory, worker, monkeypatch
+    project, task_factory, worker_factory, monkeypatch
 ):
     def not_ready(**kwargs):
         raise NotImplementedError
 
     monkeypatch.setattr("automemory.services.injector.inject_memories", not_ready)
-    monkeypatch.setattr("automemory.services.extractor.process_auto_memories", not_ready)
+    monkeypatch.setattr(
+        "automemory.services.extraction.sweep.GlobalSweeper.sweep", lambda self, **kw: not_ready()
+    )
     task = task_factory(project)
 
-    worker.run_once()
+    worker_factory(sweeper=None).run_once()
 
     task.refresh_from_db()
     assert task.status == TaskStatus.COMPLETED

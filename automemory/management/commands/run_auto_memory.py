@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import SweepBusy, process_auto_memories
 from automemory.services.retention import memories_archive_unused
 
 
@@ -33,7 +33,10 @@ class Command(BaseCommand):
         found = get_user_model().objects.filter(username=user).first()
         if found is None:
             raise CommandError(f"No user named {user!r}.")
-        output = process_auto_memories(user=found, force=force).as_dict()
+        try:
+            output = process_auto_memories(user=found, force=force).as_dict()
+        except SweepBusy as busy:
+            raise CommandError(str(busy)) from None
         if archive_unused:
             output["retention"] = memories_archive_unused(now=timezone.now(), user=found).as_dict()
         self.stdout.write(json.dumps(output, indent=2, sort_keys=True))

@@ -16,7 +16,7 @@ from django.utils.html import escape
 from playwright.sync_api import expect
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
     AuditEvent,
     IdentityMemory,

@@ -8,7 +8,7 @@ from automemory.console.explanations import (
     reason_explanation,
 )
 from automemory.models import AutoMemoryLog, AutoMemorySettings, Outcome, Reason
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 
 
 def test_every_reason_and_outcome_has_an_explanation():

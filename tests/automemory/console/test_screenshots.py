@@ -15,7 +15,7 @@ from django.urls import reverse
 from playwright.sync_api import expect
 
 from automemory.models import AutoMemoryLog, Reason
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus
 
 DOCS_DIR = Path(__file__).resolve().parents[3] / "docs" / "console"

@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from automemory.console.explanations import reason_explanation
 from automemory.models import AutoMemoryLog, AutoMemorySettings, TaskAutoMemoryFlags
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
     IdentityMemory,
     MemoryScope,

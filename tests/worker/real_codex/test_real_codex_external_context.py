@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from automemory.models import AutoMemoryLog, AutoMemorySettings
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, MemoryStatus, TaskStatus
 from tests.worker.real_codex.responses_server import (
     Reply,

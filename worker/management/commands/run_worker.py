@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from worker.executors import EXECUTORS, UnknownExecutor, executor_get
-from worker.loop import Worker
+from worker.loop import ROLES, Worker
 
 
 class Command(BaseCommand):
@@ -18,6 +18,14 @@ class Command(BaseCommand):
             "--once",
             action="store_true",
             help="Process every task queued now, run one memory sweep, exit.",
+        )
+        parser.add_argument(
+            "--role",
+            choices=ROLES,
+            default="all",
+            help="all: run tasks, and sweep memories from a background thread under the "
+            "sweep lease (one worker of many sweeps at a time); tasks: run tasks only; "
+            "sweeper: sweep only (default: all).",
         )
         parser.add_argument(
             "--executor",
@@ -34,7 +42,14 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args, once=False, executor=None, worker_id=None, poll_interval=None, **options
+        self,
+        *args,
+        once=False,
+        executor=None,
+        worker_id=None,
+        poll_interval=None,
+        role="all",
+        **options,
     ):
         if poll_interval is not None and poll_interval < 0:
             raise CommandError("--poll-interval must be >= 0")
@@ -42,7 +57,9 @@ class Command(BaseCommand):
             chosen = executor_get(name=executor or settings.WORKER_EXECUTOR or "echo")
         except UnknownExecutor as exc:
             raise CommandError(str(exc)) from None
-        worker = Worker(executor=chosen, worker_id=worker_id, poll_interval=poll_interval)
+        worker = Worker(
+            executor=chosen, worker_id=worker_id, poll_interval=poll_interval, role=role
+        )
         worker.install_signal_handlers()
         if once:
             worker.run_once()

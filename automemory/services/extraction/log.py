@@ -1,0 +1,127 @@
+"""The extraction log: one row per task, overwritten by each attempt (it never grows).
+
+An extracted task's row is written in the transaction that writes its memory
+(`log_row_write`); every other verdict of a batch goes in one upsert at the end
+(`log_rows_write`), which also forgets the kept drafts of the tasks it answers for good.
+Errors back off from a minute to an hour; `model_unavailable` waits twice as long each time
+in a row, within its bounds.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from automemory import conf
+from automemory.models import STABLE_REASONS, AutoMemoryLog, Outcome, Reason
+from automemory.services.extraction.drafts import drafts_discard
+from automemory.services.extraction.summary import Verdict
+from controlplane.models import Task
+
+ERROR_BACKOFF_BASE = timedelta(minutes=1)
+_UPDATE_FIELDS = [
+    "outcome",
+    "reason",
+    "memory",
+    "forced",
+    "recheck",
+    "attempts",
+    "retry_after",
+    "detail",
+    "last_attempt_at",
+]
+
+
+def log_row(
+    task: Task, verdict: Verdict, previous: AutoMemoryLog | None, *, now: datetime, force: bool
+) -> AutoMemoryLog:
+    """The task's log row for this attempt (unsaved), counting on from `previous`."""
+    attempts = (previous.attempts + 1) if previous else 1
+    retry_after = verdict.retry_after
+    if verdict.outcome == Outcome.ERROR:
+        retry_after = now + ERROR_BACKOFF_BASE * min(2 ** (attempts - 1), 60)
+    elif verdict.reason == Reason.MODEL_UNAVAILABLE and retry_after is None:
+        retry_after = now + _model_unavailable_backoff(previous)
+    return AutoMemoryLog(
+        task_id=task.pk,
+        user_id=task.user_id,
+        outcome=verdict.outcome,
+        reason=verdict.reason,
+        memory_id=verdict.memory_id,
+        forced=force,
+        recheck=False,
+        attempts=attempts,
+        retry_after=retry_after,
+        detail=verdict.detail,
+        first_attempt_at=previous.first_attempt_at if previous else now,
+        last_attempt_at=now,
+    )
+
+
+def _model_unavailable_backoff(previous: AutoMemoryLog | None) -> timedelta:
+    """How long a task waits after `model_unavailable`: the base wait, doubled each time in
+    a row the model was away, at most the maximum."""
+    base = timedelta(seconds=conf.get("MODEL_UNAVAILABLE_RETRY_SECONDS"))
+    ceiling = timedelta(seconds=conf.get("MODEL_UNAVAILABLE_RETRY_MAX_SECONDS"))
+    wait = base
+    if (
+        previous is not None
+        and previous.reason == Reason.MODEL_UNAVAILABLE
+        and previous.retry_after is not None
+    ):
+        wait = max(base, (previous.retry_after - previous.last_attempt_at) * 2)
+    return min(wait, ceiling)
+
+
+def _upsert(rows: list[AutoMemoryLog]) -> None:
+    AutoMemoryLog.objects.bulk_create(
+        rows, update_conflicts=True, unique_fields=["task"], update_fields=_UPDATE_FIELDS
+    )
+
+
+def log_row_write(
+    task: Task, verdict: Verdict, previous: AutoMemoryLog | None, *, now: datetime, force: bool
+) -> None:
+    """Write one task's row (inside the caller's transaction, with its memory)."""
+    _upsert([log_row(task, verdict, previous, now=now, force=force)])
+
+
+def log_rows_write(
+    answered: Sequence[tuple[Task, Verdict, AutoMemoryLog | None]], *, now: datetime, force: bool
+) -> None:
+    """One upsert for a batch's verdicts not written with a memory; the kept drafts of the
+    tasks settled for good are forgotten.
+
+    An `extracted` row is never overwritten by a skip or an error, and a task whose memory
+    another sweep wrote (a race lost here) keeps that sweep's row: this one is written only
+    while that one is missing.
+    """
+    pending = [
+        (task, verdict, previous) for task, verdict, previous in answered if not verdict.logged
+    ]
+    protected = [
+        task.pk
+        for task, verdict, _ in pending
+        if verdict.outcome != Outcome.EXTRACTED or verdict.written_elsewhere
+    ]
+    extracted = set(
+        AutoMemoryLog.objects.filter(task_id__in=protected, outcome=Outcome.EXTRACTED).values_list(
+            "task_id", flat=True
+        )
+        if protected
+        else ()
+    )
+    rows = [
+        log_row(task, verdict, previous, now=now, force=force)
+        for task, verdict, previous in pending
+        if task.pk not in extracted
+    ]
+    if rows:
+        _upsert(rows)
+    drafts_discard(task.pk for task, verdict, _ in answered if _settled(verdict))
+
+
+def _settled(verdict: Verdict) -> bool:
+    """Whether the task's kept draft is no longer needed: a stable skip, or the memory was
+    written (by another writer). A transient skip or an error is retried with its draft."""
+    if verdict.outcome == Outcome.SKIPPED:
+        return verdict.reason in STABLE_REASONS
+    return verdict.outcome == Outcome.EXTRACTED

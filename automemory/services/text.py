@@ -1,0 +1,71 @@
+"""Memory text: the one place that cleans what a memory says and the keywords it is found by.
+
+Every text that becomes a memory (a model's answer, a consolidation's merged text) is cut to
+`AUTOMEMORY_MEMORY_MAX_CHARS`, cleaned of the memories injected into its task, and redacted;
+keywords are short single lines, redacted, distinct, and never a redaction marker. A
+hand-written memory is refused when it holds a secret (`manual_memory_secret_problem`).
+"""
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from automemory import conf
+from automemory.services.provenance import Fingerprint, injected_text_removed
+from automemory.services.redactor import REDACTED, redact, secret_kinds
+
+# Redact more than is kept, so a secret crossing a cut is still recognised whole.
+REDACTION_MARGIN_CHARS = 8192
+MAX_KEYWORDS = 20
+MAX_KEYWORD_CHARS = 60
+_WHITESPACE = re.compile(r"\s+")
+# A keyword holding this (the redaction marker, bracketed or not) is dropped.
+REDACTED_WORD = REDACTED.strip("[]")
+
+
+def cut(text: str, limit: int) -> str:
+    """`text`, or its first `limit - 1` characters and an ellipsis when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def one_line(text: str, limit: int) -> str:
+    """`text` on one line (white space collapsed), cut to `limit`."""
+    return cut(_WHITESPACE.sub(" ", text).strip(), limit)
+
+
+def memory_text_clean(text: str, *, fingerprints: Sequence[Fingerprint] = ()) -> str:
+    """A memory's text from a model: injected memories removed, redacted, trimmed, capped."""
+    cap = conf.get("MEMORY_MAX_CHARS")
+    window = text[: cap + REDACTION_MARGIN_CHARS]
+    if fingerprints:
+        window = injected_text_removed(window, fingerprints=fingerprints)
+    return cut(redact(window).strip(), cap).strip()
+
+
+def keywords_clean(values: Iterable[Any], *, limit: int = MAX_KEYWORDS) -> list[str]:
+    """Distinct (case-insensitively), redacted, one-line keyword strings, at most `limit`.
+
+    A keyword that held a secret is dropped, never kept as a redaction marker.
+    """
+    kept: dict[str, str] = {}
+    for value in values or ():
+        if not isinstance(value, str):
+            continue
+        keyword = one_line(redact(value[: MAX_KEYWORD_CHARS * 4]), MAX_KEYWORD_CHARS)
+        if keyword and REDACTED_WORD not in keyword.upper():
+            kept.setdefault(keyword.casefold(), keyword)
+        if len(kept) >= limit:
+            break
+    return list(kept.values())
+
+
+def manual_memory_secret_problem(content: str) -> str | None:
+    """Why a hand-written memory may not be stored: the kinds of secret it holds, never the
+    values (memories are injected into every later task). None when it holds none."""
+    kinds = secret_kinds(content)
+    if not kinds:
+        return None
+    return (
+        f"Memory content holds a secret ({', '.join(dict.fromkeys(kinds))}). "
+        "Remove it (refer to where it is kept instead) and save again."
+    )

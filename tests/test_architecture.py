@@ -1,0 +1,127 @@
+"""The shape of the code, read from its own imports: layers, no import circles, leaf modules,
+and modules that stay one job long.
+
+Every `import` statement of the three apps counts, at module level or inside a function (a
+lazy import is still a dependency). Migrations are left out: they are history, not design.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+APPS = ("controlplane", "automemory", "worker")
+# Which app may import which: worker uses automemory and controlplane, automemory uses
+# controlplane, never the other way round.
+MAY_IMPORT = {
+    "controlplane": {"controlplane"},
+    "automemory": {"automemory", "controlplane"},
+    "worker": {"worker", "automemory", "controlplane"},
+}
+# Ground-floor modules: they import nothing of this project above them.
+LEAVES = {
+    "automemory.metrics": set(),
+    "automemory.conf": set(),
+    "controlplane.months": set(),
+    "controlplane.pricing": set(),
+    "automemory.models": {"controlplane.models"},
+    "controlplane.models": set(),
+}
+MAX_SERVICE_LINES = 600
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _source_files() -> dict[str, Path]:
+    files = {}
+    for app in APPS:
+        for path in (ROOT / app).rglob("*.py"):
+            if "migrations" not in path.parts:
+                files[_module_name(path)] = path
+    return files
+
+
+def _imports(path: Path, module: str, known: set[str]) -> set[str]:
+    """The project modules `path` imports (`from x import y` counts `x.y` when that is a
+    module, else `x`)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+        else:
+            continue
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    files = _source_files()
+    known = set(files)
+    return {module: _imports(path, module, known) for module, path in files.items()}
+
+
+def test_apps_import_only_their_own_layer_and_those_below(graph):
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if target.split(".")[0] not in MAY_IMPORT[module.split(".")[0]]
+    )
+    assert upward == []
+
+
+def test_the_import_graph_has_no_circle(graph):
+    circles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                circles.append(" -> ".join([*path[path.index(target) :], target]))
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert circles == []
+
+
+@pytest.mark.parametrize("leaf", sorted(LEAVES))
+def test_ground_floor_modules_import_nothing_above_them(graph, leaf):
+    assert graph[leaf] <= LEAVES[leaf]
+
+
+def test_no_service_module_outgrows_one_job():
+    big = {
+        str(path.relative_to(ROOT)): lines
+        for app in APPS
+        for path in (ROOT / app).glob("**/services/**/*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_SERVICE_LINES
+    }
+    assert big == {}
