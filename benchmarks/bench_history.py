@@ -197,8 +197,14 @@ def _median_ms(call, repeats: int = REPEATS) -> tuple[float, float, int]:
     return statistics.median(times), min(times), len(queries)
 
 
-def _worker_queries_per_task(owner: History, *, tasks: int = 20) -> float:
-    """Queries one echo task costs in a real `Worker`: claim, quota, inject, execute, finish."""
+STATEMENT_TARGETS = {"plain": 8, "injection": 12}
+
+
+def _statements_per_claimed_task(owner: History, *, tasks: int = 20) -> tuple[float, int]:
+    """Statements one echo task costs in a real `Worker`, from its claim to its finish (claim,
+    quota, injection, execute, finish; the round's sweep is not part of it), averaged over
+    `tasks` claimed tasks; and those of the claim that finds the queue empty (once a round).
+    """
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
@@ -214,13 +220,44 @@ def _worker_queries_per_task(owner: History, *, tasks: int = 20) -> float:
         ]
     )
     worker = Worker(executor=EchoExecutor(), worker_id="bench-probe", heartbeat_seconds=0)
-    done = 0
+    per_task = []
     reset_queries()
     with CaptureQueriesContext(connection) as queries:
-        while (task := worker.claim_one()) is not None:
-            worker.run_one(task)
-            done += 1
-    return len(queries) / max(done, 1)
+        while True:
+            before = len(queries.captured_queries)
+            claim = worker.claim_one()
+            if claim is None:
+                empty_claim = len(queries.captured_queries) - before
+                break
+            worker.run_one(claim)
+            per_task.append(len(queries.captured_queries) - before)
+    return sum(per_task) / max(len(per_task), 1), empty_claim
+
+
+def statements_section() -> None:
+    """(Child.) Statements per claimed task against their targets, on this database."""
+    from automemory.models import AutoMemorySettings
+    from controlplane.models import IdentityMemory
+
+    plain = History("statements-plain", limit_usd=LIMITED_USD)
+    injected = History("statements-injection", limit_usd=LIMITED_USD)
+    AutoMemorySettings.objects.create(user=injected.user, use_memories=True)
+    for i in range(5):
+        IdentityMemory.objects.create(scope="user", user=injected.user, content=f"pref {i}")
+        IdentityMemory.objects.create(
+            scope="project", project=injected.project, content=f"fact {i}"
+        )
+    rows = [
+        ("plain", "quota limit, no injection", plain),
+        ("injection", "quota limit, injection of 5 user + 5 project memories", injected),
+    ]
+    print("statements per claimed task (a real Worker, echo executor; the round's sweep apart):")
+    for key, label, owner in rows:
+        per_task, empty_claim = _statements_per_claimed_task(owner)
+        target = STATEMENT_TARGETS[key]
+        verdict = "ok" if per_task <= target else "OVER TARGET"
+        print(f"  {label:<56} {per_task:5.1f}  (target <= {target}: {verdict})")
+    print(f"  and once a round, the claim that finds the queue empty: {empty_claim}")
 
 
 def gate(sizes: list[int]) -> None:
@@ -244,7 +281,7 @@ def gate(sizes: list[int]) -> None:
         sweep = _median_ms(lambda: quota_statuses_get(user_ids=[limited.user.pk], now=now))  # noqa: B023
         refusal = _median_ms(lambda: task_quota_refusal(task=limited.probe))
         refusal_unlimited = _median_ms(lambda: task_quota_refusal(task=unlimited.probe))
-        per_task = _worker_queries_per_task(limited)
+        per_task, _ = _statements_per_claimed_task(limited)
         rows.append((size, sweep, refusal, refusal_unlimited, per_task))
 
     print(f"quota gate on {connection.vendor}, median / best of {REPEATS} calls:")
@@ -262,6 +299,7 @@ def gate(sizes: list[int]) -> None:
         for name, a, b in zip(names, first[1:4], last[1:4], strict=True)
     )
     print(f"  growth 0 -> {last[0]:,} (target <= 1.5): {growth}")
+    statements_section()
     per_user_sweep_section(sizes=sizes)
 
 
