@@ -33,6 +33,7 @@ import os
 import platform
 import re
 import shlex
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -109,6 +110,8 @@ def run(args: argparse.Namespace, *, database: bool = True, migrate: bool = True
     """The script's run: its database (throwaway unless `--database`), Django set up on it
     and migrated, the output saved with `--save`; everything undone at the end."""
     bench = Run(script=Path(sys.argv[0]).stem, save=getattr(args, "save", False))
+    # SIGTERM ends the run as Ctrl-C does: the throwaway database is dropped on the way out.
+    signal.signal(signal.SIGTERM, _terminated)
     with bench.output():
         if not database:
             setup_django()
@@ -133,6 +136,10 @@ def run(args: argparse.Namespace, *, database: bool = True, migrate: bool = True
 
             connections.close_all()
             databases.close()
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 @dataclass
