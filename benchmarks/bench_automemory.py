@@ -9,27 +9,22 @@ Prints, from one run on one database:
   and 100,000 completed tasks of history, with nothing pending and with 5 new tasks pending:
   milliseconds (median) and queries, and the growth from no history to the most.
 
-    python benchmarks/bench_automemory.py                       # a throwaway SQLite file
-    python benchmarks/bench_automemory.py --postgres postgres://postgres@127.0.0.1:5432/postgres
-    python benchmarks/bench_automemory.py --user-sweep-only     # just the per-user sweep
+    .venv/bin/python benchmarks/bench_automemory.py                    # a throwaway SQLite file
+    .venv/bin/python benchmarks/bench_automemory.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    .venv/bin/python benchmarks/bench_automemory.py --user-sweep-only  # just the per-user sweep
 
 `bench_user_sweep()` prints the per-user figures on an already migrated database; other
-benchmark scripts call it too.
-
-With --postgres a throwaway database is created next to the one named and dropped at the end.
+benchmark scripts call it too. With --postgres a throwaway database is created on the server
+named and dropped at the end; `--save` writes the output to
+docs/figures/bench_automemory.<database>.txt.
 """
 
-import argparse
 import os
 import statistics
-import sys
-import tempfile
 import time
 from datetime import timedelta
-from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BASE_DIR))
+import harness
 
 HISTORY = 50_000
 PENDING = 50
@@ -40,53 +35,17 @@ USER_SWEEP_PENDING = 5
 USER_SWEEP_REPEATS = 21
 
 
-def setup_database(args) -> tuple[str, callable]:
-    if not args.postgres:
-        path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
-        return f"sqlite:///{path}", lambda: None
-    import psycopg
-
-    base, _, _ = args.postgres.rpartition("/")
-    name = f"bench_automemory_{os.getpid()}"
-    with psycopg.connect(args.postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-    def drop():
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(args.postgres, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-    return f"{base}/{name}", drop
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    parser = harness.parser(__doc__)
     parser.add_argument(
         "--user-sweep-only", action="store_true", help="measure only the per-user sweep"
     )
     args = parser.parse_args()
-    url, cleanup = setup_database(args)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    try:
+    with harness.run(args):
         run(user_sweep_only=args.user_sweep_only)
-    finally:
-        cleanup()
 
 
 def run(*, user_sweep_only: bool = False) -> None:
-    from django.core.management import call_command
-    from django.db import connection
-
-    call_command("migrate", verbosity=0)
-    print(f"database: {connection.vendor}")
     if not user_sweep_only:
         run_global_and_injection()
     bench_user_sweep()
@@ -124,73 +83,39 @@ def report(title, label_a, a, label_b, b) -> None:
 
 class Fixture:
     def __init__(self):
-        from django.contrib.auth import get_user_model
-
-        from automemory.models import AutoMemorySettings
-        from controlplane.models import Membership, Project
-
-        users = get_user_model().objects
-        self.on = users.create_user("bench-on")
-        self.off = users.create_user("bench-off")
-        AutoMemorySettings.objects.create(user=self.on, generate_memories=True, use_memories=True)
-        self.project = Project.objects.create(name="bench", created_by=self.on)
-        Membership.objects.create(project=self.project, user=self.on, role="owner")
-        Membership.objects.create(project=self.project, user=self.off, role="member")
+        self.on = harness.user_create("bench-on", generate_memories=True, use_memories=True)
+        self.off = harness.user_create("bench-off")
+        self.project = harness.project_create(self.on, members=[self.off])
         self.serial = 0
 
     def completed_tasks(self, user, count, *, prompt=None):
-        from django.utils import timezone
-
-        from controlplane.models import Task
-
-        finished = timezone.now() - timedelta(hours=2)
-        tasks = []
-        for _ in range(count):
-            self.serial += 1
-            tasks.append(
-                Task(
-                    project=self.project,
-                    user=user,
-                    prompt=prompt or f"Goal {self.serial}",
-                    status="completed",
-                    started_at=finished - timedelta(minutes=5),
-                    finished_at=finished,
-                    result_text=f"Result of task {self.serial}. " * 20,
-                )
-            )
-        return Task.objects.bulk_create(tasks, batch_size=2000)
+        tasks = harness.tasks_completed(
+            self.project, user, count, prompt=prompt or "Goal {i}", start=self.serial + 1
+        )
+        self.serial += count
+        return tasks
 
     def measure_sweep(self):
-        from django.db import connection
-        from django.test.utils import CaptureQueriesContext
-
-        from automemory.services.extraction.sweep import process_auto_memories
-
-        process_auto_memories()  # settle anything left from set-up
+        harness.sweep()  # settle anything left from set-up
         timings, queries = [], []
         for _ in range(REPEATS):
             self.completed_tasks(self.on, PENDING)
-            with CaptureQueriesContext(connection) as ctx:
+            with harness.captured() as capture:
                 start = time.perf_counter()
-                summary = process_auto_memories()
+                summary = harness.sweep()
                 timings.append((time.perf_counter() - start) * 1000)
             assert summary.extracted == PENDING, summary
-            queries.append(len(ctx.captured_queries))
+            queries.append(capture.count)
         return statistics.median(timings), statistics.median(queries)
 
     def measure_quota(self):
-        from django.db import connection
-        from django.test.utils import CaptureQueriesContext
-
         from controlplane.services.quota import quota_statuses_get
 
-        timings = []
-        for _ in range(REPEATS):
-            with CaptureQueriesContext(connection) as ctx:
-                start = time.perf_counter()
-                quota_statuses_get(user_ids=[self.on.pk])
-                timings.append((time.perf_counter() - start) * 1000)
-        return statistics.median(timings), len(ctx.captured_queries)
+        def call():
+            return quota_statuses_get(user_ids=[self.on.pk])
+
+        queries = harness.statements_of(call)
+        return harness.timed(call, repeats=REPEATS, warmup=0).median_ms, queries
 
     def add_history(self):
         """50,000 tasks as earlier rounds leave them: half extracted, half switched off."""
@@ -253,9 +178,6 @@ class Fixture:
                 cursor.execute("ANALYZE")
 
     def measure_injection(self):
-        from django.db import connection
-        from django.test.utils import CaptureQueriesContext
-
         from automemory.services.injector import inject_memories
         from controlplane.models import IdentityMemory, Task
 
@@ -265,12 +187,12 @@ class Fixture:
         task = Task.objects.create(project=self.project, user=self.on, prompt="New work")
         timings, queries = [], []
         for _ in range(REPEATS):
-            with CaptureQueriesContext(connection) as ctx:
+            with harness.captured() as capture:
                 start = time.perf_counter()
                 result = inject_memories(task=task, prompt=task.prompt, goal=None)
                 timings.append((time.perf_counter() - start) * 1000)
             assert len(result.memory_ids) == 10, result
-            queries.append(len(ctx.captured_queries))
+            queries.append(capture.count)
         return statistics.median(timings), statistics.median(queries)
 
     def add_memories(self):
@@ -335,42 +257,28 @@ def _figures(figures) -> str:
 
 class UserSweepFixture:
     def __init__(self, prefix):
-        from django.contrib.auth import get_user_model
-
-        from automemory.models import AutoMemorySettings
-        from controlplane.models import Membership, Project
-
-        self.user = get_user_model().objects.create_user(f"{prefix}-{os.getpid()}")
-        AutoMemorySettings.objects.create(user=self.user, generate_memories=True)
-        self.project = Project.objects.create(name=f"{prefix} project", created_by=self.user)
-        Membership.objects.create(project=self.project, user=self.user, role="owner")
+        self.user = harness.user_create(f"{prefix}-{os.getpid()}", generate_memories=True)
+        self.project = harness.project_create(self.user, f"{prefix} project")
         self.history = 0
         self.serial = 0
 
     def tasks(self, count, *, result_text=None, age=timedelta(hours=2), old=True):
-        from django.utils import timezone
-
         from controlplane.models import Task
 
-        finished = timezone.now() - age
-        rows = []
-        for _ in range(count):
-            self.serial += 1
-            rows.append(
-                Task(
-                    project=self.project,
-                    user=self.user,
-                    prompt=f"Per-user goal {self.serial}",
-                    status="completed",
-                    started_at=finished - timedelta(minutes=5),
-                    finished_at=finished,
-                    result_text=result_text or f"Result of task {self.serial}. " * 20,
-                )
-            )
-        created = Task.objects.bulk_create(rows, batch_size=2000)
+        created = harness.tasks_completed(
+            self.project,
+            self.user,
+            count,
+            prompt="Per-user goal {i}",
+            result_text=result_text,
+            finished_ago=age,
+            start=self.serial + 1,
+        )
+        self.serial += count
         if not old:
             return created
         # Old history: last changed when it finished (bulk_create stamps `updated_at` now).
+        finished = created[0].finished_at if created else None
         ids = [task.pk for task in created]
         for start in range(0, len(ids), 5000):
             Task.objects.filter(pk__in=ids[start : start + 5000]).update(updated_at=finished)
@@ -382,7 +290,6 @@ class UserSweepFixture:
 
         from automemory.models import AutoMemoryLog
         from automemory.services.extraction.goals import goal_key
-        from automemory.services.extraction.sweep import process_auto_memories
         from controlplane.models import IdentityMemory, Task
 
         add = size - self.history
@@ -438,38 +345,22 @@ class UserSweepFixture:
             # As autovacuum would: drop the index entries the back-dating UPDATE left behind.
             with connection.cursor() as cursor:
                 cursor.execute("VACUUM ANALYZE")
-        process_auto_memories()  # the worker's round, as after every batch of work
+        harness.sweep()  # the worker's round, as after every batch of work
 
     def measure(self, *, pending, repeats):
-        from django.db import connection, reset_queries
-        from django.test.utils import CaptureQueriesContext
-
-        from automemory.services.extraction.sweep import process_auto_memories
-
-        process_auto_memories(user=self.user)  # settle anything left from set-up
+        harness.sweep(user=self.user)  # settle anything left from set-up
         timings, db_timings, queries = [], [], []
-        in_database = []
-
-        def timed(execute, sql, params, many, context):
-            start = time.perf_counter()
-            try:
-                return execute(sql, params, many, context)
-            finally:
-                in_database.append(time.perf_counter() - start)
-
         for _ in range(repeats):
             if pending:
                 # Completed just now (`updated_at`), idle long enough (`finished_at`).
                 self.tasks(pending, old=False)
-            in_database.clear()
-            reset_queries()  # set-up may have filled the query log Django keeps (9,000)
-            with CaptureQueriesContext(connection) as ctx, connection.execute_wrapper(timed):
+            with harness.captured() as capture:
                 start = time.perf_counter()
-                summary = process_auto_memories(user=self.user)
+                summary = harness.sweep(user=self.user)
                 timings.append((time.perf_counter() - start) * 1000)
             assert summary.extracted == pending and summary.scanned == pending, summary.as_dict()
-            queries.append(len(ctx.captured_queries))
-            db_timings.append(sum(in_database) * 1000)
+            queries.append(capture.count)
+            db_timings.append(capture.database_ms)
         return (
             statistics.median(timings),
             min(timings),

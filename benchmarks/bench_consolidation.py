@@ -12,25 +12,20 @@ database:
   candidate search ranks every memory that matches a word of the new memory, so that is
   the part that grows with them.
 
-    python benchmarks/bench_consolidation.py                    # a throwaway SQLite file
-    python benchmarks/bench_consolidation.py --all-matching     # the search's worst case
-    python benchmarks/bench_consolidation.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    .venv/bin/python benchmarks/bench_consolidation.py                 # a throwaway SQLite file
+    .venv/bin/python benchmarks/bench_consolidation.py --all-matching  # the search's worst case
+    .venv/bin/python benchmarks/bench_consolidation.py --postgres postgres://postgres@127.0.0.1:5432/postgres
 
-With --postgres a throwaway database is created next to the one named and dropped at the end;
-with --database URL the benchmark runs in that (empty) database and leaves its rows there.
+With --postgres a throwaway database is created on the server named and dropped at the end;
+with --database URL the benchmark runs in that (empty) database and leaves its rows there;
+`--save` writes the output to docs/figures/bench_consolidation.<database>.txt.
 """
 
-import argparse
-import os
 import statistics
-import sys
-import tempfile
 import time
 from datetime import timedelta
-from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BASE_DIR))
+import harness
 
 PENDING = 40
 CAP = 15
@@ -42,57 +37,27 @@ MATCHING_SHARE = 20
 MODEL = "bench-consolidator"
 
 
-def setup_database(args) -> tuple[str, callable]:
-    if args.database:
-        return args.database, lambda: None
-    if not args.postgres:
-        path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
-        return f"sqlite:///{path}", lambda: None
-    import psycopg
-
-    base, _, _ = args.postgres.rpartition("/")
-    name = f"bench_consolidation_{os.getpid()}"
-    with psycopg.connect(args.postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-    def drop():
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(args.postgres, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-    return f"{base}/{name}", drop
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    parser = harness.parser(__doc__)
     parser.add_argument(
         "--all-matching",
         action="store_true",
         help="every history memory shares the new memories' words (the search's worst case)",
     )
-    parser.add_argument("--database", help="URL of an empty database to run in, kept afterwards")
     args = parser.parse_args()
-    url, cleanup = setup_database(args)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
+    with harness.run(args):
+        from tests.automemory.fake_openai import FakeOpenAI, answer
 
-    django.setup()
-    from tests.automemory.fake_openai import FakeOpenAI, answer
-
-    server = FakeOpenAI().start()
-    server.respond_with(
-        answer({"action": "add", "memory_id": None, "memory_ids": [], "text": "", "reason": "new"})
-    )
-    try:
-        run(server, all_matching=args.all_matching)
-    finally:
-        server.stop()
-        cleanup()
+        server = FakeOpenAI().start()
+        server.respond_with(
+            answer(
+                {"action": "add", "memory_id": None, "memory_ids": [], "text": "", "reason": "new"}
+            )
+        )
+        try:
+            run(server, all_matching=args.all_matching)
+        finally:
+            server.stop()
 
 
 class ModelClock:
@@ -122,14 +87,10 @@ class ModelClock:
 
 def run(server, *, all_matching: bool) -> None:
     from django.conf import settings
-    from django.core.management import call_command
-    from django.db import connection
 
-    call_command("migrate", verbosity=0)
     settings.AUTOMEMORY_OPENAI_BASE_URL = server.base_url
     settings.AUTOMEMORY_OPENAI_API_KEY = "bench"
     settings.AUTOMEMORY_MODEL_CALLS_PER_SWEEP = CAP
-    print(f"database: {connection.vendor}")
     fixture = Fixture(all_matching=all_matching)
     clock = ModelClock()
     fixture.seed()
@@ -150,14 +111,13 @@ def run(server, *, all_matching: bool) -> None:
 
 
 def bench_caps(fixture) -> None:
-    from automemory.services.extraction.sweep import process_auto_memories
     from controlplane.models import UsageKind, UsageRecord
 
     fixture.completed_tasks(PENDING)
     print(f"{PENDING} pending tasks, cap {CAP} model calls per sweep:")
     for round_number in range(1, 10):
         before = UsageRecord.objects.filter(kind=UsageKind.MEMORY_CONSOLIDATION).count()
-        summary = process_auto_memories()
+        summary = harness.sweep()
         rows = UsageRecord.objects.filter(kind=UsageKind.MEMORY_CONSOLIDATION).count() - before
         print(
             f"  sweep {round_number}: {summary.model_calls} calls, {rows} ledger rows, "
@@ -170,53 +130,34 @@ def bench_caps(fixture) -> None:
 
 class Fixture:
     def __init__(self, *, all_matching: bool = False):
-        from django.contrib.auth import get_user_model
-
-        from automemory.models import AutoMemorySettings
-        from controlplane.models import Membership, Project
-
-        self.user = get_user_model().objects.create_user("bench-consolidation")
-        AutoMemorySettings.objects.create(
-            user=self.user,
+        self.user = harness.user_create(
+            "bench-consolidation",
             generate_memories=True,
             consolidation_model=MODEL,
             monthly_memory_budget_usd=100_000,
         )
-        self.project = Project.objects.create(name="bench", created_by=self.user)
-        Membership.objects.create(project=self.project, user=self.user, role="owner")
+        self.project = harness.project_create(self.user)
         self.serial = 0
         self.memories = 0
         self.all_matching = all_matching
 
     def completed_tasks(self, count, *, finished_ago=timedelta(hours=2)):
-        from django.utils import timezone
-
-        from controlplane.models import Task
-
-        finished = timezone.now() - finished_ago
-        tasks = []
-        for _ in range(count):
-            self.serial += 1
-            tasks.append(
-                Task(
-                    project=self.project,
-                    user=self.user,
-                    prompt=f"Deploy step {self.serial}",
-                    status="completed",
-                    started_at=finished - timedelta(minutes=5),
-                    finished_at=finished,
-                    result_text=f"The deploy script needs the staging flag, case {self.serial}. "
-                    * 8,
-                )
-            )
-        return Task.objects.bulk_create(tasks, batch_size=2000)
+        tasks = harness.tasks_completed(
+            self.project,
+            self.user,
+            count,
+            prompt="Deploy step {i}",
+            result_text="The deploy script needs the staging flag, case {i}. " * 8,
+            finished_ago=finished_ago,
+            start=self.serial + 1,
+        )
+        self.serial += count
+        return tasks
 
     def seed(self):
         """A few memories, so that every pending task has candidates and is asked about."""
-        from automemory.services.extraction.sweep import process_auto_memories
-
         self.completed_tasks(3)
-        process_auto_memories()
+        harness.sweep()
 
     def history_text(self, number: int) -> str:
         """One memory in `MATCHING_SHARE` shares the pending tasks' words (all with
@@ -282,23 +223,18 @@ class Fixture:
         self.memories = total
 
     def measure(self, clock):
-        from django.db import connection
-        from django.test.utils import CaptureQueriesContext
-
-        from automemory.services.extraction.sweep import process_auto_memories
-
         per_task_ms, per_task_queries, calls = [], [], 0
         for _ in range(REPEATS):
             self.completed_tasks(MEASURED_TASKS)
             clock.reset()
-            with CaptureQueriesContext(connection) as ctx:
+            with harness.captured() as capture:
                 start = time.perf_counter()
-                summary = process_auto_memories()
+                summary = harness.sweep()
                 elapsed = time.perf_counter() - start
             assert summary.extracted == MEASURED_TASKS, summary.as_dict()
             calls = clock.calls
             per_task_ms.append((elapsed - clock.seconds) * 1000 / MEASURED_TASKS)
-            per_task_queries.append(len(ctx.captured_queries) / MEASURED_TASKS)
+            per_task_queries.append(capture.count / MEASURED_TASKS)
         return statistics.median(per_task_ms), statistics.median(per_task_queries), calls
 
 

@@ -1,57 +1,48 @@
 #!/usr/bin/env python
 """Costs that must not grow with a user's history: worker throughput, the quota gate, the
-worker's quota refusal (and the per-user memory sweep), at growing history.
+worker's statements per claimed task (and the per-user memory sweep), at growing history.
 
 Prints, for SQLite (a throwaway file) and, with --postgres, for PostgreSQL (throwaway
-databases next to the one named, dropped at the end):
+databases on the server named, dropped at the end):
 
 1. worker throughput: `manage.py run_worker --once --executor echo` (one real worker process,
    as in bench_worker.py) draining N queued tasks of a user who has 0, then H completed tasks
    (each with its usage ledger row) this month; tasks per second (processing window, from the
-   task rows) and the ratio (target >= 0.9); plus the queries one task costs, counted in
-   process over the same steps (claim, quota, inject, execute, finish);
+   task rows) and the ratio (target >= 0.9);
 2. the quota gate at 0, 10,000 and 100,000 completed tasks (and ledger rows) of history this
-   month: `quota_statuses_get(user_ids=[...], now=...)` as the memory sweep calls it, and the
-   worker's `task_quota_refusal` for a user with a limit and for an unlimited one; median
-   milliseconds, queries, and the growth from no history to the most (target <= 1.5);
-3. the per-user memory sweep at the same history sizes (section 3 below).
+   month: `quota_statuses_get(user_ids=[...], now=...)` as the memory sweep calls it, and
+   `task_quota_refusal` reading the quota for a user with a limit and for an unlimited one
+   (the worker's claim reads it in its own statement); median milliseconds, queries, and
+   the growth from no history to the most (target <= 1.5); and the statements one claimed
+   task costs in a real `Worker` at each size;
+3. statements per claimed task (claim, quota, injection, execute, finish; the round's
+   sweep apart), against the targets: <= 8 for a user with a quota limit, <= 12 with an
+   injection of 5 user and 5 project memories;
+4. the per-user memory sweep at the same history sizes.
 
-    python benchmarks/bench_history.py                 # SQLite only
-    python benchmarks/bench_history.py --postgres postgres://postgres@127.0.0.1:5432/postgres
-    python benchmarks/bench_history.py --tasks 1000 --history 50000 --gate-sizes 0,10000,100000
+    .venv/bin/python benchmarks/bench_history.py                # SQLite only
+    .venv/bin/python benchmarks/bench_history.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    .venv/bin/python benchmarks/bench_history.py --tasks 1000 --history 50000 --skip-worker
+
+`--save` writes the output to docs/figures/bench_history.txt.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
-import statistics
-import subprocess
+import sqlite3
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_worker import BASE_DIR, MANAGE, _admin, _django, _env, _with_db, drain
+import harness
+from bench_worker import drain
 
 QUEUED_PROMPT = "benchmark task"
 LIMITED_USD = "1000000000"  # a limit, so the refusal reads the spend, never reached
 REPEATS = 51
 
 
-# --- Children (run with DATABASE_URL set) ------------------------------------------------------
-
-
-def _setup_django() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    sys.path.insert(0, str(BASE_DIR))
-    import django
-
-    django.setup()
+# --- Children (run on their database) ---------------------------------------------------------
 
 
 class History:
@@ -62,16 +53,10 @@ class History:
     """
 
     def __init__(self, username: str, *, limit_usd: str | None) -> None:
-        from django.contrib.auth import get_user_model
+        from controlplane.models import Task
 
-        from controlplane.models import Membership, Project, Quota, Role, Task
-
-        self.user = get_user_model().objects.create_user(username=username)
-        Quota.objects.create(
-            user=self.user, monthly_limit_usd=None if limit_usd is None else limit_usd
-        )
-        self.project = Project.objects.create(name=f"{username} project", created_by=self.user)
-        Membership.objects.create(project=self.project, user=self.user, role=Role.OWNER)
+        self.user = harness.user_create(username, limit_usd=limit_usd)
+        self.project = harness.project_create(self.user, f"{username} project")
         # What the worker checks a claimed task of this user with (only its user matters).
         self.probe = Task(project=self.project, user=self.user, prompt="probe")
         self.size = 0
@@ -141,28 +126,15 @@ class History:
 
 def seed_worker(queued: int, history: int) -> None:
     """(Child.) A limited user with `history` completed tasks this month and `queued` new ones."""
-    _setup_django()
-    from django.utils import timezone
-
-    from controlplane.models import Task
-
+    harness.setup_django()
     owner = History("bench", limit_usd=LIMITED_USD)
     owner.grow_to(history)
-    now = timezone.now()
-    Task.objects.bulk_create(
-        [
-            Task(
-                project=owner.project, user=owner.user, prompt=f"{QUEUED_PROMPT} {i}", queued_at=now
-            )
-            for i in range(queued)
-        ],
-        batch_size=1000,
-    )
+    harness.tasks_queue(owner.project, owner.user, queued, prompt=QUEUED_PROMPT + " {i}")
 
 
 def report() -> None:
     """(Child.) The drained tasks' figures, as JSON (history tasks left out)."""
-    _setup_django()
+    harness.setup_django()
     from django.db.models import Count, Max, Min
 
     from controlplane.models import Task
@@ -182,50 +154,64 @@ def report() -> None:
 def _median_ms(call, repeats: int = REPEATS) -> tuple[float, float, int]:
     """Median and best milliseconds of `call()` over `repeats` runs (after one warm-up), and
     its queries. On a busy machine the best is the steadier figure."""
-    from django.db import connection, reset_queries
-    from django.test.utils import CaptureQueriesContext
-
-    call()
-    reset_queries()  # the query log holds 9,000 entries; a full one counts nothing new
-    with CaptureQueriesContext(connection) as queries:
-        call()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times), min(times), len(queries)
+    queries = harness.statements_of(call)
+    timing = harness.timed(call, repeats=repeats, warmup=0)
+    return timing.median_ms, timing.best_ms, queries
 
 
-def _worker_queries_per_task(owner: History, *, tasks: int = 20) -> float:
-    """Queries one echo task costs in a real `Worker`: claim, quota, inject, execute, finish."""
-    from django.db import connection, reset_queries
-    from django.test.utils import CaptureQueriesContext
-    from django.utils import timezone
+STATEMENT_TARGETS = {"plain": 8, "injection": 12}
 
-    from controlplane.models import Task
+
+def _statements_per_claimed_task(owner: History, *, tasks: int = 20) -> tuple[float, int]:
+    """Statements one echo task costs in a real `Worker`, from its claim to its finish (claim,
+    quota, injection, execute, finish; the round's sweep is not part of it), averaged over
+    `tasks` claimed tasks; and those of the claim that finds the queue empty (once a round).
+    """
     from worker.executors.echo import EchoExecutor
     from worker.loop import Worker
 
-    Task.objects.bulk_create(
-        [
-            Task(project=owner.project, user=owner.user, prompt="probe", queued_at=timezone.now())
-            for _ in range(tasks)
-        ]
-    )
+    harness.tasks_queue(owner.project, owner.user, tasks, prompt="probe")
     worker = Worker(executor=EchoExecutor(), worker_id="bench-probe", heartbeat_seconds=0)
-    done = 0
-    reset_queries()
-    with CaptureQueriesContext(connection) as queries:
-        while (task := worker.claim_one()) is not None:
-            worker.run_one(task)
-            done += 1
-    return len(queries) / max(done, 1)
+    per_task = []
+    while True:
+        with harness.captured() as capture:
+            claim = worker.claim_one()
+            if claim is not None:
+                worker.run_one(claim)
+        if claim is None:
+            return sum(per_task) / max(len(per_task), 1), capture.count
+        per_task.append(capture.count)
+
+
+def statements_section() -> None:
+    """(Child.) Statements per claimed task against their targets, on this database."""
+    from automemory.models import AutoMemorySettings
+    from controlplane.models import IdentityMemory
+
+    plain = History("statements-plain", limit_usd=LIMITED_USD)
+    injected = History("statements-injection", limit_usd=LIMITED_USD)
+    AutoMemorySettings.objects.create(user=injected.user, use_memories=True)
+    for i in range(5):
+        IdentityMemory.objects.create(scope="user", user=injected.user, content=f"pref {i}")
+        IdentityMemory.objects.create(
+            scope="project", project=injected.project, content=f"fact {i}"
+        )
+    rows = [
+        ("plain", "quota limit, no injection", plain),
+        ("injection", "quota limit, injection of 5 user + 5 project memories", injected),
+    ]
+    print("statements per claimed task (a real Worker, echo executor; the round's sweep apart):")
+    for key, label, owner in rows:
+        per_task, empty_claim = _statements_per_claimed_task(owner)
+        target = STATEMENT_TARGETS[key]
+        verdict = "ok" if per_task <= target else "OVER TARGET"
+        print(f"  {label:<56} {per_task:5.1f}  (target <= {target}: {verdict})")
+    print(f"  and once a round, the claim that finds the queue empty: {empty_claim}")
 
 
 def gate(sizes: list[int]) -> None:
     """(Child.) The quota gate and the worker's refusal at each history size."""
-    _setup_django()
+    harness.setup_django()
     from django.core.management import call_command
     from django.db import connection
     from django.utils import timezone
@@ -244,13 +230,13 @@ def gate(sizes: list[int]) -> None:
         sweep = _median_ms(lambda: quota_statuses_get(user_ids=[limited.user.pk], now=now))  # noqa: B023
         refusal = _median_ms(lambda: task_quota_refusal(task=limited.probe))
         refusal_unlimited = _median_ms(lambda: task_quota_refusal(task=unlimited.probe))
-        per_task = _worker_queries_per_task(limited)
+        per_task, _ = _statements_per_claimed_task(limited)
         rows.append((size, sweep, refusal, refusal_unlimited, per_task))
 
     print(f"quota gate on {connection.vendor}, median / best of {REPEATS} calls:")
     print(
         f"  {'history':>16}  {'quota_statuses_get':>28}  {'refusal (limit)':>28}"
-        f"  {'refusal (unlimited)':>28}  {'worker queries/task':>20}"
+        f"  {'refusal (unlimited)':>28}  {'statements/task':>20}"
     )
     for size, *figures, per_task in rows:
         cells = "".join(f"  {med:7.3f} / {best:6.3f} ms, {q} queries" for med, best, q in figures)
@@ -262,10 +248,11 @@ def gate(sizes: list[int]) -> None:
         for name, a, b in zip(names, first[1:4], last[1:4], strict=True)
     )
     print(f"  growth 0 -> {last[0]:,} (target <= 1.5): {growth}")
+    statements_section()
     per_user_sweep_section(sizes=sizes)
 
 
-# --- 3. The per-user memory sweep ------------------------------------------------------------
+# --- 4. The per-user memory sweep ------------------------------------------------------------
 # SLOT: the auto memory benchmark (benchmarks/bench_automemory.py) adds its per-user sweep
 # figures at 0 / 10k / 100k history here. Called once per database, after the quota gate,
 # in the same child process (Django set up, database migrated).
@@ -281,21 +268,12 @@ def per_user_sweep_section(*, sizes: list[int]) -> None:
 # --- The parent ---------------------------------------------------------------------------------
 
 
-def _child(database_url: str, *args: str) -> None:
-    """Run this script in a child with `database_url`, its output going straight to ours."""
-    result = subprocess.run(
-        [sys.executable, __file__, *args], cwd=BASE_DIR, env=_env(database_url), check=False
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed (exit {result.returncode})")
-
-
-def worker_template(databases, *, queued: int, history: int) -> str:
+def worker_template(databases: harness.Databases, *, queued: int, history: int) -> str:
     """A migrated database holding the user's history and `queued` new tasks, to clone."""
     name = f"template_{history}"
     url = databases.new(name)
-    _django(url, MANAGE, "migrate", "--verbosity", "0")
-    _django(url, __file__, "_seed_worker", str(queued), str(history))
+    harness.child_output(harness.MANAGE, url, "migrate", "--verbosity", "0")
+    harness.child_output(__file__, url, "_seed_worker", str(queued), str(history))
     return name
 
 
@@ -325,39 +303,9 @@ def print_worker(vendor: str, results: list[dict]) -> None:
     )
 
 
-class Databases:
-    """Throwaway databases: SQLite files in a temporary directory, or PostgreSQL databases."""
-
-    def __init__(self, pg_url: str | None) -> None:
-        self.pg_url = pg_url
-        self.tmp = tempfile.TemporaryDirectory(prefix="bench_history_")
-        self.created: list[str] = []
-
-    def new(self, name: str, *, template: str | None = None) -> str:
-        """An empty database `name`, or a copy of the database `template` made by `new`."""
-        if self.pg_url is None:
-            path = Path(self.tmp.name) / f"{name}.sqlite3"
-            if template is not None:
-                shutil.copyfile(Path(self.tmp.name) / f"{template}.sqlite3", path)
-            return f"sqlite:///{path}"
-        db = f"bench_history_{os.getpid()}_{name}"
-        copy = f' TEMPLATE "bench_history_{os.getpid()}_{template}"' if template else ""
-        with _admin(self.pg_url) as admin:
-            admin.execute(f'CREATE DATABASE "{db}"{copy}')
-        self.created.append(db)
-        return _with_db(self.pg_url, db)
-
-    def close(self) -> None:
-        if self.pg_url is not None:
-            with _admin(self.pg_url) as admin:
-                for db in self.created:
-                    admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        self.tmp.cleanup()
-
-
-def run_backend(pg_url: str | None, args) -> None:
-    vendor = "PostgreSQL" if pg_url else "SQLite"
-    databases = Databases(pg_url)
+def run_backend(postgres_url: str | None, args) -> None:
+    vendor = "PostgreSQL" if postgres_url else "SQLite"
+    databases = harness.Databases(postgres_url)
     try:
         if not args.skip_worker:
             histories = (0, args.history)
@@ -377,7 +325,8 @@ def run_backend(pg_url: str | None, args) -> None:
             ]
             print_worker(vendor, results)
         if not args.skip_gate:
-            _child(databases.new("gate"), "_gate", ",".join(str(n) for n in args.gate_sizes))
+            url = databases.new("gate")  # the child migrates it
+            harness.child(__file__, url, "_gate", ",".join(str(n) for n in args.gate_sizes))
     finally:
         databases.close()
 
@@ -389,7 +338,7 @@ def main() -> None:
         return report()
     if len(sys.argv) == 3 and sys.argv[1] == "_gate":
         return gate([int(n) for n in sys.argv[2].split(",")])
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, database=False)
     parser.add_argument("--tasks", type=int, default=1000, help="queued tasks to drain")
     parser.add_argument("--history", type=int, default=50_000, help="the worker's big history")
     parser.add_argument(
@@ -399,14 +348,22 @@ def main() -> None:
         help="history sizes for the quota gate, comma-separated",
     )
     parser.add_argument("--rounds", type=int, default=3, help="worker runs per history size")
-    parser.add_argument("--postgres", metavar="URL", help="also run on PostgreSQL (server URL)")
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        default=harness.postgres_from_environment(),
+        help="also run on PostgreSQL (a server URL whose user may create databases)",
+    )
     parser.add_argument("--skip-worker", action="store_true")
     parser.add_argument("--skip-gate", action="store_true")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPUs")
-    run_backend(None, args)
-    if args.postgres:
-        run_backend(args.postgres, args)
+    with harness.run(args, database=False) as bench:
+        print(f"{os.cpu_count()} CPUs")
+        bench.note_database("sqlite", sqlite3.sqlite_version)
+        run_backend(None, args)
+        if args.postgres:
+            bench.note_database("postgresql", harness.postgres_version(args.postgres))
+            run_backend(args.postgres, args)
 
 
 if __name__ == "__main__":

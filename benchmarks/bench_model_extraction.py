@@ -12,27 +12,20 @@ answers every call at once with a fixed usage. Prints, from one run on one datab
   (median) of the whole sweep, of the model calls (measured around the SDK call), and of the
   sweep without them; queries; and the ratios.
 
-    python benchmarks/bench_model_extraction.py
-    python benchmarks/bench_model_extraction.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    .venv/bin/python benchmarks/bench_model_extraction.py                # a throwaway SQLite file
+    .venv/bin/python benchmarks/bench_model_extraction.py --postgres postgres://postgres@127.0.0.1:5432/postgres
 
-With --postgres a throwaway database is created next to the one named and dropped at the end.
+With --postgres a throwaway database is created on the server named and dropped at the end;
+`--save` writes the output to docs/figures/bench_model_extraction.<database>.txt.
 """
 
-import argparse
 import math
-import os
 import statistics
-import sys
 import time
 from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BASE_DIR))
-sys.path.insert(0, str(BASE_DIR / "benchmarks"))
-
-from bench_automemory import setup_database  # noqa: E402
+import harness
 
 MODEL = "gpt-5-mini"
 CAP = 20
@@ -51,24 +44,15 @@ PROMPT_TOKENS = 40_000
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
-    args = parser.parse_args()
-    url, cleanup = setup_database(args)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
+    args = harness.parser(__doc__).parse_args()
+    with harness.run(args):
+        from tests.automemory.fake_openai import FakeOpenAI
 
-    django.setup()
-    from tests.automemory.fake_openai import FakeOpenAI
-
-    server = FakeOpenAI().start()
-    try:
-        run(server)
-    finally:
-        server.stop()
-        cleanup()
+        server = FakeOpenAI().start()
+        try:
+            run(server)
+        finally:
+            server.stop()
 
 
 class ModelClock:
@@ -99,13 +83,9 @@ class ModelClock:
 
 def run(server) -> None:
     from django.conf import settings
-    from django.core.management import call_command
-    from django.db import connection
 
     from tests.automemory.fake_openai import answer, raw_answer
 
-    call_command("migrate", verbosity=0)
-    print(f"database: {connection.vendor}")
     settings.AUTOMEMORY_OPENAI_BASE_URL = server.base_url
     settings.AUTOMEMORY_OPENAI_API_KEY = "bench"
     settings.AUTOMEMORY_MODEL_MAX_RETRIES = 0
@@ -166,51 +146,24 @@ def run(server) -> None:
 
 class Fixture:
     def __init__(self):
-        from controlplane.models import Membership, Project
-
         self.user = self.new_user("bench-model", budget=Decimal("100000"))
-        self.project = Project.objects.create(name="bench", created_by=self.user)
-        Membership.objects.create(project=self.project, user=self.user, role="owner")
+        self.project = harness.project_create(self.user)
         self.serial = 0
 
     def new_user(self, name, *, budget):
-        from django.contrib.auth import get_user_model
-
-        from automemory.models import AutoMemorySettings
         from controlplane.models import Membership
 
-        user = get_user_model().objects.create_user(name)
-        AutoMemorySettings.objects.create(
-            user=user,
-            generate_memories=True,
-            extract_model=MODEL,
-            monthly_memory_budget_usd=budget,
+        user = harness.user_create(
+            name, generate_memories=True, extract_model=MODEL, monthly_memory_budget_usd=budget
         )
         if hasattr(self, "project"):
             Membership.objects.create(project=self.project, user=user, role="member")
         return user
 
     def completed_tasks(self, user, count):
-        from django.utils import timezone
-
-        from controlplane.models import Task
-
-        finished = timezone.now() - timedelta(hours=2)
-        tasks = []
-        for _ in range(count):
-            self.serial += 1
-            tasks.append(
-                Task(
-                    project=self.project,
-                    user=user,
-                    prompt=f"Goal {self.serial}",
-                    status="completed",
-                    started_at=finished - timedelta(minutes=5),
-                    finished_at=finished,
-                    result_text=f"Result of task {self.serial}. " * 20,
-                )
-            )
-        return Task.objects.bulk_create(tasks, batch_size=2000)
+        tasks = harness.tasks_completed(self.project, user, count, start=self.serial + 1)
+        self.serial += count
+        return tasks
 
     def ledger_rows(self) -> int:
         from controlplane.models import UsageRecord
@@ -218,14 +171,9 @@ class Fixture:
         return UsageRecord.objects.count()
 
     def sweep(self):
-        from automemory.services.extraction.sweep import process_auto_memories
-
-        return process_auto_memories()
+        return harness.sweep()
 
     def measure(self, clock):
-        from django.db import connection
-        from django.test.utils import CaptureQueriesContext
-
         self.sweep()  # settle anything left from set-up
         self.completed_tasks(self.user, PENDING)
         self.sweep()  # warm up (connections, compiled patterns, the client)
@@ -233,13 +181,13 @@ class Fixture:
         for _ in range(REPEATS):
             self.completed_tasks(self.user, PENDING)
             clock.reset()
-            with CaptureQueriesContext(connection) as ctx:
+            with harness.captured() as capture:
                 start = time.perf_counter()
                 summary = self.sweep()
                 totals.append((time.perf_counter() - start) * 1000)
             assert summary.extracted == PENDING and clock.calls == PENDING, summary
             models.append(clock.seconds * 1000)
-            queries.append(len(ctx.captured_queries))
+            queries.append(capture.count)
         return statistics.median(totals), statistics.median(models), statistics.median(queries)
 
     def add_history(self):

@@ -9,27 +9,13 @@ Prints the median milliseconds of:
 
     .venv/bin/python benchmarks/bench_provenance.py
 
-No database: the functions measured are pure.
+No database: the functions measured are pure. `--save` writes the output to
+docs/figures/bench_provenance.txt.
 """
 
-import os
 import random
-import statistics
-import sys
-import time
-from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BASE_DIR))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-
-import django  # noqa: E402
-
-django.setup()
-
-from automemory.services import provenance  # noqa: E402
-from automemory.services.injector import render_memory_block  # noqa: E402
-from controlplane.models import IdentityMemory  # noqa: E402
+import harness
 
 WORDS = [
     "the",
@@ -61,16 +47,21 @@ def prose(words: int, rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) + ("." if rng.random() < 0.1 else "") for _ in range(words))
 
 
-def median_ms(run, repeats: int = REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+def median_ms(call, repeats: int = REPEATS) -> float:
+    return harness.timed(call, repeats=repeats, warmup=0).median_ms
 
 
 def main() -> None:
+    args = harness.parser(__doc__, database=False).parse_args()
+    with harness.run(args, database=False):
+        run()
+
+
+def run() -> None:
+    from automemory.services import provenance
+    from automemory.services.injector import render_memory_block
+    from controlplane.models import IdentityMemory
+
     rng = random.Random(8)
     memories = [
         IdentityMemory(pk=i, scope="user", user_id=1, content=f"note {i} {prose(45, rng)}")

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_redactor.py [--quick] [--baseline FILE]
+    .venv/bin/python benchmarks/bench_redactor.py [--quick] [--baseline FILE] [--save]
 
 It prints, in one run:
 
@@ -20,12 +20,12 @@ It prints, in one run:
 e.g. ``git show <rev>:automemory/services/redactor.py > /tmp/old.py``) on the same text
 and corpus in the same run, for before/after figures on one machine state.
 
-This is a benchmark, not a test: nothing here asserts timings.
+``--save`` writes the output to docs/figures/bench_redactor.txt. This is a benchmark, not a
+test: nothing here asserts timings.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import random
 import sys
@@ -33,13 +33,13 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import harness
 
-from automemory.services.redactor import RULES, redact  # noqa: E402
-from tests.automemory.redactor.adversarial import ADVERSARIAL  # noqa: E402
-from tests.automemory.redactor.corpus import Sample, build_corpus, build_issue8_corpus  # noqa: E402
+from automemory.services.redactor import RULES, redact
+from tests.automemory.redactor.adversarial import ADVERSARIAL
+from tests.automemory.redactor.corpus import Sample, build_corpus, build_issue8_corpus
+
+ROOT = harness.BASE_DIR
 
 MB = 1_000_000
 
@@ -232,11 +232,16 @@ def _load_baseline(path: str) -> Callable[[str], str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, database=False)
     parser.add_argument("--size", type=int, default=MB, help="agent-output size (chars)")
     parser.add_argument("--quick", action="store_true", help="skip detect-secrets on 1 MB")
     parser.add_argument("--baseline", metavar="FILE", help="also measure this redactor module")
     args = parser.parse_args(argv)
+    with harness.run(args, database=False):
+        run(args)
+
+
+def run(args) -> None:
     redactors: list[tuple[str, Callable[[str], str]]] = [("this redactor", redact)]
     if args.baseline:
         redactors.append((f"baseline {Path(args.baseline).name}", _load_baseline(args.baseline)))

@@ -6,24 +6,18 @@ auto memories of a user with retention on plus HISTORY old ones of a user with r
 - a pass archiving PENDING stale memories: milliseconds (median) and queries;
 and the growth from no history to the most (the pass should follow the pending work).
 
-    python benchmarks/bench_retention.py                       # a throwaway SQLite file
-    python benchmarks/bench_retention.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    .venv/bin/python benchmarks/bench_retention.py                  # a throwaway SQLite file
+    .venv/bin/python benchmarks/bench_retention.py --postgres postgres://postgres@127.0.0.1:5432/postgres
 
-With --postgres a throwaway database is created next to the one named and dropped at the end.
+With --postgres a throwaway database is created on the server named and dropped at the end;
+`--save` writes the output to docs/figures/bench_retention.<database>.txt.
 """
 
-import argparse
-import os
 import statistics
-import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BASE_DIR))
-
-from bench_automemory import setup_database  # noqa: E402
+import harness
 
 HISTORY = 20_000
 PENDING = 50
@@ -32,28 +26,12 @@ DAYS = 30
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
-    args = parser.parse_args()
-    url, cleanup = setup_database(args)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    try:
+    args = harness.parser(__doc__).parse_args()
+    with harness.run(args):
         run()
-    finally:
-        cleanup()
 
 
 def run() -> None:
-    from django.core.management import call_command
-    from django.db import connection
-
-    call_command("migrate", verbosity=0)
-    print(f"database: {connection.vendor}")
     fixture = Fixture()
     empty = (fixture.measure(pending=0), fixture.measure(pending=PENDING))
     fixture.add_history(HISTORY)
@@ -68,17 +46,11 @@ def run() -> None:
 
 class Fixture:
     def __init__(self):
-        from django.contrib.auth import get_user_model
         from django.utils import timezone
 
-        from automemory.models import AutoMemorySettings
-        from controlplane.models import Project
-
-        users = get_user_model().objects
-        self.on = users.create_user("bench-retention-on")
-        self.off = users.create_user("bench-retention-off")
-        AutoMemorySettings.objects.create(user=self.on, max_unused_days=DAYS)
-        self.project = Project.objects.create(name="bench", created_by=self.on)
+        self.on = harness.user_create("bench-retention-on", max_unused_days=DAYS)
+        self.off = harness.user_create("bench-retention-off")
+        self.project = harness.project_create(self.on)
         self.now = timezone.now()
         self.serial = 0
 
@@ -117,21 +89,18 @@ class Fixture:
         self._memories(self.off, count, age=timedelta(days=400))
 
     def measure(self, *, pending: int) -> tuple[float, int]:
-        from django.db import connection
-        from django.test.utils import CaptureQueriesContext
-
         from automemory.services.retention import memories_archive_unused
         from controlplane.models import IdentityMemory
 
         stale = self._memories(self.on, pending, age=timedelta(days=DAYS + 5)) if pending else []
         times, queries = [], 0
         for _ in range(REPEATS):
-            with CaptureQueriesContext(connection) as captured:
+            with harness.captured() as capture:
                 started = time.perf_counter()
                 summary = memories_archive_unused(now=self.now, batch=500)
                 times.append((time.perf_counter() - started) * 1000)
             assert summary.archived == pending, summary
-            queries = len(captured.captured_queries)
+            queries = capture.count
             IdentityMemory.objects.filter(pk__in=stale).update(status="active", archived_at=None)
         IdentityMemory.objects.filter(pk__in=stale).delete()
         return statistics.median(times), queries

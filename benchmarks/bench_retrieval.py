@@ -12,26 +12,20 @@ Prints, from one run on one database:
   Queries are counted as data statements plus transaction control (BEGIN/COMMIT, which
   SQLite issues as statements); the target is 6 data statements or fewer.
 
-    python benchmarks/bench_retrieval.py                       # a throwaway SQLite file
-    python benchmarks/bench_retrieval.py --database-url postgres://postgres@127.0.0.1:5432/postgres
+    .venv/bin/python benchmarks/bench_retrieval.py                  # a throwaway SQLite file
+    .venv/bin/python benchmarks/bench_retrieval.py --postgres postgres://postgres@127.0.0.1:5432/postgres
 
-With --database-url (PostgreSQL) a throwaway database is created next to the one named and
-dropped at the end.
+With --postgres a throwaway database is created on the server named and dropped at the end;
+`--save` writes the output to docs/figures/bench_retrieval.<database>.txt.
 """
 
-import argparse
-import os
 import random
 import re
 import statistics
-import sys
-import tempfile
 import time
 from datetime import timedelta
-from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BASE_DIR))
+import harness
 
 SIZES = (10, 2_000, 20_000)
 MEMORIES_PER_TOPIC = 10
@@ -423,66 +417,23 @@ def task_text(rng: random.Random, topic: str, index: int) -> str:
     return filler.format(t=text, lt=text[0].lower() + text[1:])
 
 
-def setup_database(url: str | None) -> tuple[str, callable]:
-    if not url:
-        path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
-        return f"sqlite:///{path}", lambda: None
-    import psycopg
-
-    base, _, _ = url.rpartition("/")
-    name = f"bench_retrieval_{os.getpid()}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-    def drop():
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-    return f"{base}/{name}", drop
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", help="an existing PostgreSQL database to start from")
-    args = parser.parse_args()
-    url, cleanup = setup_database(args.database_url)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    os.environ.setdefault("SECRET_KEY", "bench-only-" + "x" * 40)
-    import django
-
-    django.setup()
-    try:
-        from django.core.management import call_command
-        from django.db import connection
-
-        call_command("migrate", verbosity=0)
-        print(f"database: {connection.vendor}")
+    args = harness.parser(__doc__).parse_args()
+    with harness.run(args):
         bench_recall()
         bench_cost()
-    finally:
-        cleanup()
 
 
 class Scene:
     """A user and a project with auto memory on, the user's settings set per run."""
 
     def __init__(self, name: str):
-        from django.contrib.auth import get_user_model
-
         from automemory.models import AutoMemorySettings
-        from controlplane.models import IdentityMemory, Membership, Project, Role
+        from controlplane.models import IdentityMemory
 
-        self.user = get_user_model().objects.create_user(username=name)
-        self.project = Project.objects.create(name=name, created_by=self.user)
-        Membership.objects.create(project=self.project, user=self.user, role=Role.OWNER)
-        self.settings = AutoMemorySettings.objects.create(
-            user=self.user, use_memories=True, generate_memories=False
-        )
+        self.user = harness.user_create(name, use_memories=True, generate_memories=False)
+        self.project = harness.project_create(self.user, name)
+        self.settings = AutoMemorySettings.objects.get(user=self.user)
         for i in range(5):  # the user's own preferences, not about any topic
             IdentityMemory.objects.create(
                 scope="user", user=self.user, content=f"I prefer small reviewable commits ({i})."
@@ -585,21 +536,18 @@ def bench_cost() -> None:
 
 
 def measure(scene: Scene, prompts: list[str]) -> tuple[float, float, int, int]:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     from automemory.services.injector import inject_memories
     from controlplane.models import Task
 
     timings, data, control = [], [], []
     for prompt in prompts:
         task = Task.objects.create(project=scene.project, user=scene.user, prompt=prompt)
-        with CaptureQueriesContext(connection) as ctx:
+        with harness.captured() as capture:
             start = time.perf_counter()
             result = inject_memories(task=task, prompt=prompt, goal=None)
             timings.append((time.perf_counter() - start) * 1000)
         assert len(result.memory_ids) == 10, result.memory_ids
-        statements = [q["sql"] for q in ctx.captured_queries]
+        statements = capture.statements
         transaction_control = sum(bool(TRANSACTION_CONTROL.match(sql)) for sql in statements)
         data.append(len(statements) - transaction_control)
         control.append(transaction_control)

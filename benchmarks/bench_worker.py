@@ -2,7 +2,7 @@
 """Worker throughput with the `echo` executor: tasks per second for 1 and 4 workers on
 PostgreSQL and 1 worker on SQLite.
 
-Each scenario gets a throwaway database (a PostgreSQL database `bench_worker_<pid>_<n>`,
+Each scenario gets a throwaway database (a PostgreSQL database created on the server named,
 dropped at the end, or a SQLite file in a temporary directory), migrated and filled with N
 queued tasks; then W `manage.py run_worker --once --executor echo` processes drain it.
 
@@ -12,79 +12,37 @@ Two figures per scenario:
 - "wall": N / (time from starting the workers to the last one exiting), start-up (Django
   import, connecting) and the end-of-round memory sweep included.
 
-Usage: .venv/bin/python benchmarks/bench_worker.py [--tasks 2000]
-           [--pg-url postgres://postgres@127.0.0.1:5432/postgres] [--no-postgres]
+    .venv/bin/python benchmarks/bench_worker.py                # PostgreSQL on 127.0.0.1, SQLite
+    .venv/bin/python benchmarks/bench_worker.py --no-postgres  # SQLite only
+    .venv/bin/python benchmarks/bench_worker.py --tasks 500 --postgres URL   # another server
+
+`--save` writes the output to docs/figures/bench_worker.txt.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-MANAGE = str(BASE_DIR / "manage.py")
+import harness
 
-
-def _env(database_url: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(BASE_DIR),
-    }
-
-
-def _django(database_url: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, *args],
-        cwd=BASE_DIR,
-        env=_env(database_url),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result.stdout
+LOCAL_POSTGRES = "postgres://postgres@127.0.0.1:5432/postgres"
 
 
 def seed(count: int) -> None:
-    """(In a child with DATABASE_URL set.) Queue `count` echo tasks."""
-    import django
-
-    django.setup()
-    from django.contrib.auth import get_user_model
-    from django.utils import timezone
-
-    from controlplane.models import Membership, Project, Quota, Role, Task
-
-    user = get_user_model().objects.create_user(username="bench")
-    Quota.objects.create(user=user, monthly_limit_usd=None)
-    project = Project.objects.create(name="bench", created_by=user)
-    Membership.objects.create(project=project, user=user, role=Role.OWNER)
-    now = timezone.now()
-    Task.objects.bulk_create(
-        [
-            Task(project=project, user=user, prompt=f"benchmark task {i}", queued_at=now)
-            for i in range(count)
-        ],
-        batch_size=1000,
-    )
+    """(In a child on its database.) Queue `count` echo tasks of an unlimited user."""
+    harness.setup_django()
+    owner = harness.user_create("bench", limit_usd=None)
+    harness.tasks_queue(harness.project_create(owner), owner, count)
 
 
 def report() -> None:
     """(In a child.) Print how many tasks completed and the processing window, as JSON."""
-    import django
-
-    django.setup()
+    harness.setup_django()
     from django.db.models import Count, Max, Min
 
     from controlplane.models import Task
@@ -100,12 +58,6 @@ def report() -> None:
     )
 
 
-def run_scenario(label: str, database_url: str, *, tasks: int, workers: int) -> dict:
-    _django(database_url, MANAGE, "migrate", "--verbosity", "0")
-    _django(database_url, __file__, "_seed", str(tasks))
-    return drain(label, database_url, tasks=tasks, workers=workers)
-
-
 def drain(
     label: str, database_url: str, *, tasks: int, workers: int, report_script: str = __file__
 ) -> dict:
@@ -118,7 +70,7 @@ def drain(
         subprocess.Popen(
             [
                 sys.executable,
-                MANAGE,
+                harness.MANAGE,
                 "run_worker",
                 "--once",
                 "--executor",
@@ -126,8 +78,8 @@ def drain(
                 "--worker-id",
                 f"bench-{i}",
             ],
-            cwd=BASE_DIR,
-            env=_env(database_url),
+            cwd=harness.BASE_DIR,
+            env=harness.child_env(database_url),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -142,84 +94,63 @@ def drain(
     wall = time.monotonic() - started
     if errors:
         raise SystemExit(f"{label}: a worker failed:\n" + "\n".join(errors))
-    figures = json.loads(_django(database_url, report_script, "_report").strip().splitlines()[-1])
+    output = harness.child_output(report_script, database_url, "_report")
+    figures = json.loads(output.strip().splitlines()[-1])
     figures.update(label=label, tasks=tasks, workers=workers, wall=wall)
     return figures
 
 
-def _admin(pg_url: str):
-    import psycopg
-
-    return psycopg.connect(_libpq(pg_url), autocommit=True)
-
-
-def _libpq(url: str) -> str:
-    return url.replace("postgres://", "postgresql://", 1)
-
-
-def _with_db(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
-
-
-def postgres_scenario(pg_url: str, *, tasks: int, workers: int, n: int) -> dict:
-    name = f"bench_worker_{os.getpid()}_{n}"
-    with _admin(pg_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        return run_scenario(
-            f"PostgreSQL, {workers} worker{'s' if workers > 1 else ''}",
-            _with_db(pg_url, name),
-            tasks=tasks,
-            workers=workers,
-        )
-    finally:
-        with _admin(pg_url) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def sqlite_scenario(*, tasks: int, workers: int) -> dict:
-    with tempfile.TemporaryDirectory(prefix="bench_worker_") as tmp:
-        return run_scenario(
-            f"SQLite, {workers} worker{'s' if workers > 1 else ''}",
-            f"sqlite:///{Path(tmp) / 'bench.sqlite3'}",
-            tasks=tasks,
-            workers=workers,
-        )
+def scenario(databases: harness.Databases, *, tasks: int, workers: int) -> dict:
+    url = databases.new(f"worker_{workers}")
+    harness.child_output(harness.MANAGE, url, "migrate", "--verbosity", "0")
+    harness.child_output(__file__, url, "_seed", str(tasks))
+    vendor = "PostgreSQL" if databases.postgres_url else "SQLite"
+    label = f"{vendor}, {workers} worker{'s' if workers > 1 else ''}"
+    return drain(label, url, tasks=tasks, workers=workers)
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    sys.path.insert(0, str(BASE_DIR))
     if len(sys.argv) == 3 and sys.argv[1] == "_seed":
         return seed(int(sys.argv[2]))
     if len(sys.argv) == 2 and sys.argv[1] == "_report":
         return report()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, database=False)
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument(
-        "--pg-url",
-        default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
-        help="A PostgreSQL server URL whose user may create databases.",
+        "--postgres",
+        metavar="URL",
+        default=harness.postgres_from_environment() or LOCAL_POSTGRES,
+        help=f"a PostgreSQL server URL whose user may create databases (default {LOCAL_POSTGRES})",
     )
-    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
     args = parser.parse_args()
 
-    results = []
-    if not args.no_postgres:
-        results.append(postgres_scenario(args.pg_url, tasks=args.tasks, workers=1, n=1))
-        results.append(postgres_scenario(args.pg_url, tasks=args.tasks, workers=4, n=4))
-    results.append(sqlite_scenario(tasks=args.tasks, workers=1))
+    with harness.run(args, database=False) as bench:
+        results = []
+        if not args.no_postgres:
+            postgres = harness.Databases(args.postgres)
+            bench.note_database("postgresql", harness.postgres_version(args.postgres))
+            try:
+                for workers in (1, 4):
+                    results.append(scenario(postgres, tasks=args.tasks, workers=workers))
+            finally:
+                postgres.close()
+        sqlite = harness.Databases(None)
+        bench.note_database("sqlite", sqlite3.sqlite_version)
+        try:
+            results.append(scenario(sqlite, tasks=args.tasks, workers=1))
+        finally:
+            sqlite.close()
 
-    print(f"echo executor, {args.tasks} tasks per scenario, {os.cpu_count()} CPUs")
-    print(f"{'scenario':<24}{'processing':>16}{'wall':>16}  check")
-    for r in results:
-        processing = r["tasks"] / r["window"] if r["window"] else float("nan")
-        ok = "ok" if r["completed"] == r["tasks"] and r["runs"] == r["tasks"] else "MISMATCH"
-        print(
-            f"{r['label']:<24}{processing:>10.0f} task/s{r['tasks'] / r['wall']:>10.0f} task/s"
-            f"  {ok} ({r['completed']} completed, {r['runs']} runs, {r['left']} left)"
-        )
+        print(f"echo executor, {args.tasks} tasks per scenario, {os.cpu_count()} CPUs")
+        print(f"{'scenario':<24}{'processing':>16}{'wall':>16}  check")
+        for r in results:
+            processing = r["tasks"] / r["window"] if r["window"] else float("nan")
+            ok = "ok" if r["completed"] == r["tasks"] and r["runs"] == r["tasks"] else "MISMATCH"
+            print(
+                f"{r['label']:<24}{processing:>10.0f} task/s{r['tasks'] / r['wall']:>10.0f} task/s"
+                f"  {ok} ({r['completed']} completed, {r['runs']} runs, {r['left']} left)"
+            )
 
 
 if __name__ == "__main__":

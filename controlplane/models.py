@@ -112,6 +112,9 @@ class Task(models.Model):
     executor = models.CharField(max_length=32, blank=True, default="")
     thread_id = models.CharField(max_length=200, blank=True, default="")
     worker_id = models.CharField(max_length=200, blank=True, default="")
+    # When `worker_id` claimed the running turn: the start of its run, and with `worker_id`
+    # the fence every later write of that worker checks (a task taken over is not written).
+    claimed_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # Memories whose text was prepended to the first turn's in-memory prompt.
     injected_memory_ids = models.JSONField(default=list, blank=True)

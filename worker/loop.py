@@ -34,6 +34,7 @@ from django.utils import timezone
 from automemory import conf as automemory_conf
 from automemory.services import injector
 from automemory.services.extraction.sweep import GlobalSweeper
+from automemory.services.injector import InjectionPreferences
 from controlplane import selectors
 from controlplane.logging import context_thread, log_context
 from controlplane.models import Task
@@ -90,9 +91,11 @@ class Heartbeat:
         control: ExecutionControl,
         progress_seconds: float = 0,
         turn: int | None = None,
+        claimed_at: datetime | None = None,
     ) -> None:
         self.task_id = task_id
         self.worker_id = worker_id
+        self.claimed_at = claimed_at
         self.interval = interval
         self.control = control
         self.progress_seconds = progress_seconds
@@ -125,7 +128,9 @@ class Heartbeat:
                         now - started,
                     )
                 try:
-                    owned = services.task_heartbeat(task_id=self.task_id, worker_id=self.worker_id)
+                    owned = services.task_heartbeat(
+                        task_id=self.task_id, worker_id=self.worker_id, claimed_at=self.claimed_at
+                    )
                 except Exception:
                     logger.warning("heartbeat of task %s failed", self.task_id, exc_info=True)
                     continue
@@ -251,6 +256,7 @@ class Worker:
         self.stopping = False  # first signal: finish the task in hand, then leave
         self.aborting = False  # second signal: stop the task in hand, re-queue it, leave
         self._control: ExecutionControl | None = None
+        self._claimed_at: datetime | None = None
         self._in_hook = False
         self.role = role
         self.sweeper = sweeper or GlobalSweeper(holder=f"{self.actor_label} sweeper")
@@ -330,10 +336,10 @@ class Worker:
         services.worker_seen(worker_id=self.worker_id)
         while not self.stopping and (max_tasks is None or len(report.runs) < max_tasks):
             _refresh_connections()
-            task = self.claim_one(queued_before=queued_before)
-            if task is None:
+            claim = self.claim_one(queued_before=queued_before)
+            if claim is None:
                 break
-            report.runs.append(self.run_one(task))
+            report.runs.append(self.run_one(claim))
         report.seconds = time.monotonic() - started
         if report.did_work:
             outcomes: dict[str, int] = {}
@@ -354,14 +360,16 @@ class Worker:
             stale_after=self.stale_after, actor_label=self.actor_label
         )
 
-    def claim_one(self, *, queued_before: datetime | None = None) -> Task | None:
-        """The oldest queued task, now running under this worker; None if the queue is empty."""
+    def claim_one(self, *, queued_before: datetime | None = None) -> services.Claim | None:
+        """The oldest queued task, now running under this worker, with its user's quota and
+        its injection preferences; None if the queue is empty."""
         return services.task_claim_next(
             worker_id=self.worker_id, executor=self.executor.name, queued_before=queued_before
         )
 
-    def run_one(self, task: Task) -> RunReport:
+    def run_one(self, claim: services.Claim) -> RunReport:
         """Run one claimed task to its end (completed, failed, refused or re-queued)."""
+        task = claim.task
         with log_context(task_id=task.pk):
             logger.info(
                 "task %s turn %s%s: started (executor %s, user %s, project %s)",
@@ -373,7 +381,7 @@ class Worker:
                 task.project_id,
             )
             started = time.monotonic()
-            outcome, reason = self._run_claimed(task)
+            outcome, reason = self._run_claimed(claim)
             seconds = time.monotonic() - started
             logger.info(
                 "task %s turn %s%s: %s in %.2fs%s",
@@ -398,12 +406,15 @@ class Worker:
         except Exception:
             logger.exception("memory sweep failed")
 
-    def prepare(self, task: Task) -> ExecutionRequest:
+    def prepare(
+        self, task: Task, *, preferences: InjectionPreferences | None = None
+    ) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector.
 
         `thread_usage` is what the ledger recorded for earlier runs of the task's agent thread
         (None when nothing is), so an executor whose agent reports thread-cumulative usage
-        can bill this turn its own part only.
+        can bill this turn its own part only. `preferences`: the task's injection
+        preferences as the claim read them (else the injector reads them).
         """
         thread_usage = selectors.thread_usage_get(task_id=task.pk, thread_id=task.thread_id)
         request = ExecutionRequest(
@@ -422,7 +433,11 @@ class Worker:
         )
         try:
             injected = injector.inject_memories(
-                task=task, prompt=task.prompt, goal=task.goal, actor_label=self.actor_label
+                task=task,
+                prompt=task.prompt,
+                goal=task.goal,
+                actor_label=self.actor_label,
+                preferences=preferences,
             )
         except Exception as exc:
             logger.warning(
@@ -459,29 +474,35 @@ class Worker:
 
     # --- Internals ----------------------------------------------------------------------------
 
-    def _run_claimed(self, task: Task) -> tuple[str, str]:
-        refusal = services.task_quota_refusal(task=task)
+    def _run_claimed(self, claim: services.Claim) -> tuple[str, str]:
+        task = claim.task
+        refusal = services.task_quota_refusal(task=task, quota=claim.quota)
         if refusal:
-            services.task_refuse(task_id=task.pk, worker_id=self.worker_id, reason=refusal)
+            services.task_refuse(task=task, worker_id=self.worker_id, reason=refusal)
             return "refused", refusal
-        request = self.prepare(task)
+        request = self.prepare(task, preferences=claim.preferences)
         if self.aborting:
             self._requeue(task, reason="worker stopped at once")
             return "requeued", ""
+        self._claimed_at = task.claimed_at
         result, lost = self._execute(request)
         if self.aborting:
             self._requeue(task, reason="worker stopped at once")
             return "requeued", ""
         if lost:
             return "discarded", "the task was recovered by another worker while it ran"
-        if not services.task_finish(task_id=task.pk, worker_id=self.worker_id, result=result):
+        if not services.task_finish(task=task, worker_id=self.worker_id, result=result):
             return "discarded", "the task was no longer held by this worker"
         return result.status, result.failure_reason
 
     def _execute(self, request: ExecutionRequest) -> tuple[ExecutionResult, bool]:
+        claimed_at = self._claimed_at  # the claim's fence, checked by every write while it runs
         control = ExecutionControl(
             on_thread_id=lambda thread_id: services.task_thread_record(
-                task_id=request.task_id, worker_id=self.worker_id, thread_id=thread_id
+                task_id=request.task_id,
+                worker_id=self.worker_id,
+                thread_id=thread_id,
+                claimed_at=claimed_at,
             )
         )
         self._control = control
@@ -489,6 +510,7 @@ class Worker:
             with Heartbeat(
                 task_id=request.task_id,
                 worker_id=self.worker_id,
+                claimed_at=claimed_at,
                 interval=self.heartbeat_seconds,
                 control=control,
                 progress_seconds=self.progress_log_seconds,
@@ -509,7 +531,7 @@ class Worker:
 
     def _requeue(self, task: Task, *, reason: str) -> None:
         try:
-            services.task_requeue(task_id=task.pk, worker_id=self.worker_id, reason=reason)
+            services.task_requeue(task=task, worker_id=self.worker_id, reason=reason)
         except Exception:
             logger.exception(
                 "could not re-queue task %s; it will be recovered once its heartbeat is stale",

@@ -1,8 +1,10 @@
 """The worker's business rules: claiming, heart-beating, finishing, re-queueing, recovering.
 
-Every state change of a task is one conditional statement inside a transaction: it applies
-only if the task is still in the state (and owned by the worker) the caller believes, and the
-caller learns from the return value whether it did. Losing a race is normal, never an error.
+Every state change of a task is one conditional statement: it applies only if the task is
+still in the state (and held under the claim) the caller believes, and the caller learns
+from the return value whether it did. Losing a race is normal, never an error. The hot path
+is a claim and a finish (`worker.statements`); the run history gets one row per run, written
+once when the run ends (a running task's open run is the task row itself).
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from controlplane.models import Task, TaskEvent, TaskStatus, UsageKind
+from automemory.services import injector
+from automemory.services.injector import InjectionPreferences
+from controlplane.models import AuditEvent, Task, TaskEvent, TaskStatus, UsageKind
+from controlplane.rawsql import column, instance_from_row, table
 from controlplane.services.audit import audit_record
-from controlplane.services.quota import quota_status_get
-from controlplane.services.usage import usage_record
-from worker import metrics
+from controlplane.services.quota import (
+    QuotaStatus,
+    quota_sql,
+    quota_status_from,
+    quota_status_get,
+)
+from controlplane.services.usage import usage_cost_checked, usage_record
+from worker import metrics, statements
 from worker.executors.base import ExecutionResult
 from worker.models import RunOutcome, TaskRun, WorkerProcess
 
@@ -122,11 +132,14 @@ def workers_status_list(
 # --- Claiming ---------------------------------------------------------------------------------
 
 
-def _queued_tasks(*, queued_before: datetime | None):
-    tasks = Task.objects.filter(status=TaskStatus.QUEUED)
-    if queued_before is not None:
-        tasks = tasks.filter(Q(queued_at__lte=queued_before) | Q(queued_at__isnull=True))
-    return tasks.order_by("queued_at", "id")
+@dataclass(frozen=True)
+class Claim:
+    """A task now running under this worker, with what the claim read beside its row: the
+    user's quota this month and the task's injection preferences (no statement of their own)."""
+
+    task: Task
+    quota: QuotaStatus
+    preferences: InjectionPreferences
 
 
 def task_claim_next(
@@ -135,98 +148,101 @@ def task_claim_next(
     executor: str = "",
     queued_before: datetime | None = None,
     now: datetime | None = None,
-) -> Task | None:
-    """Claim the oldest queued task for `worker_id` and return it running; None if none is left.
+) -> Claim | None:
+    """Claim the oldest queued task for `worker_id`; None if none is left. One statement.
 
-    On PostgreSQL the candidate row is locked with `FOR UPDATE SKIP LOCKED`, so concurrent
-    workers each take a different task without waiting for one another. Everywhere the update
-    is conditional on `status = 'queued'` and its row count checked, so a task lost to another
-    worker is skipped silently. `queued_before` limits the claim to tasks queued by then
-    (`run_worker --once`).
+    An `UPDATE ... RETURNING` whose subquery picks the oldest queued task (on PostgreSQL
+    with `FOR UPDATE SKIP LOCKED`, so concurrent workers each take a different task without
+    waiting; SQLite runs one writer at a time) and whose update is conditional on
+    `status = 'queued'`. It sets the task running under `worker_id` since `claimed_at` (the
+    fence the worker's later writes check), and reads back the task, the user's quota and
+    the task's injection preferences. `queued_before` limits the claim to tasks queued by
+    then (`run_worker --once`).
     """
-    skip_locked = connection.features.has_select_for_update_skip_locked
-    for _attempt in range(5):
-        with transaction.atomic():
-            candidates = _queued_tasks(queued_before=queued_before)
-            if skip_locked:
-                candidates = candidates.select_for_update(skip_locked=True)
-            task = candidates.first()
-            if task is None:
-                return None
-            claimed = _task_claim(task=task, worker_id=worker_id, executor=executor, now=now)
-        if claimed is not None:
-            metrics.task_claims.labels(claimed.executor).inc()
-            return claimed
-    return None
-
-
-def _task_claim(*, task: Task, worker_id: str, executor: str, now: datetime | None) -> Task | None:
     now = now or timezone.now()
-    keep_started = task.is_resume and task.started_at is not None
-    changes = {
-        "status": TaskStatus.RUNNING,
-        "worker_id": worker_id,
-        "heartbeat_at": now,
-        "finished_at": None,
-        "failure_reason": "",
-        "updated_at": now,
-    }
-    if executor:
-        changes["executor"] = executor
-    if not keep_started:
-        changes["started_at"] = now
-    updated = Task.objects.filter(pk=task.pk, status=TaskStatus.QUEUED).update(**changes)
-    if updated != 1:
-        return None  # another worker was faster
-    for name, value in changes.items():
-        setattr(task, name, value)
-    TaskRun.objects.create(
-        task=task,
-        turn=task.turn,
-        is_resume=task.is_resume,
+    scalars = [
+        *quota_sql(user_id_sql=_task_column("user"), now=now),
+        *injector.preferences_sql(task_id_sql=_task_column("id"), user_id_sql=_task_column("user")),
+    ]
+    sql, params = statements.claim_sql(
         worker_id=worker_id,
         executor=executor,
-        started_at=now,
+        queued_before=queued_before,
+        now=now,
+        scalars=scalars,
     )
-    return task
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()  # all of them: SQLite ends the statement (and its write) here
+    if not rows:
+        return None
+    task, values = instance_from_row(Task, rows[0], scalars=scalars)
+    metrics.task_claims.labels(task.executor).inc()
+    return Claim(
+        task=task, quota=quota_status_from(values), preferences=injector.preferences_from(values)
+    )
+
+
+def _task_column(name: str) -> str:
+    return f"{table(Task)}.{column(Task, name)}"
 
 
 # --- While running ----------------------------------------------------------------------------
 
 
-def _owned(*, task_id: int, worker_id: str):
-    return Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING, worker_id=worker_id)
+def _owned(*, task_id: int, worker_id: str, claimed_at: datetime | None = None):
+    """The task, if it is still running under `worker_id` (and, given, the same claim)."""
+    tasks = Task.objects.filter(pk=task_id, status=TaskStatus.RUNNING, worker_id=worker_id)
+    if claimed_at is not None:
+        tasks = tasks.filter(claimed_at=claimed_at)
+    return tasks
 
 
-def task_heartbeat(*, task_id: int, worker_id: str, now: datetime | None = None) -> bool:
+def task_heartbeat(
+    *, task_id: int, worker_id: str, claimed_at: datetime | None = None, now: datetime | None = None
+) -> bool:
     """Refresh the heartbeat; False if the task is no longer running under `worker_id`.
 
     The worker's own `last_seen_at` moves with it, so a worker in a long turn looks alive.
     """
     now = now or timezone.now()
     WorkerProcess.objects.filter(worker_id=worker_id).update(last_seen_at=now)
-    return _owned(task_id=task_id, worker_id=worker_id).update(heartbeat_at=now) == 1
+    owned = _owned(task_id=task_id, worker_id=worker_id, claimed_at=claimed_at)
+    return owned.update(heartbeat_at=now) == 1
 
 
-def task_thread_record(*, task_id: int, worker_id: str, thread_id: str) -> bool:
+def task_thread_record(
+    *, task_id: int, worker_id: str, thread_id: str, claimed_at: datetime | None = None
+) -> bool:
     """Store the agent's thread id as soon as the executor knows it (a resume continues it)."""
-    return _owned(task_id=task_id, worker_id=worker_id).update(thread_id=thread_id) == 1
+    owned = _owned(task_id=task_id, worker_id=worker_id, claimed_at=claimed_at)
+    return owned.update(thread_id=thread_id) == 1
 
 
-def _close_run(*, task_id: int, worker_id: str, outcome: str, now: datetime) -> None:
-    TaskRun.objects.filter(task_id=task_id, worker_id=worker_id, outcome=RunOutcome.RUNNING).update(
-        outcome=outcome, finished_at=now
+def _run_history(*, task: Task, worker_id: str, outcome: str, now: datetime) -> TaskRun:
+    """The run that ends now, as a row of the run history (written once, when it ends)."""
+    return TaskRun(
+        task_id=task.pk,
+        turn=task.turn,
+        is_resume=task.is_resume,
+        worker_id=worker_id,
+        executor=task.executor,
+        started_at=task.claimed_at or now,
+        finished_at=now,
+        outcome=outcome,
     )
 
 
-def _release(*, task_id: int, worker_id: str, changes: dict, outcome: str, now: datetime) -> bool:
-    """Apply `changes` to a task `worker_id` still holds and close its run; False if it does not.
+def _release(*, task: Task, worker_id: str, changes: dict, outcome: str, now: datetime) -> bool:
+    """Apply `changes` to `task` if `worker_id` still holds it under the same claim, and write
+    the run to the run history; False (nothing written) if it does not.
 
     Callers run it inside their transaction, with whatever else ends the turn.
     """
-    if _owned(task_id=task_id, worker_id=worker_id).update(**changes) != 1:
+    owned = _owned(task_id=task.pk, worker_id=worker_id, claimed_at=task.claimed_at)
+    if owned.update(**changes) != 1:
         return False
-    _close_run(task_id=task_id, worker_id=worker_id, outcome=outcome, now=now)
+    _run_history(task=task, worker_id=worker_id, outcome=outcome, now=now).save()
     return True
 
 
@@ -234,17 +250,20 @@ def _release(*, task_id: int, worker_id: str, changes: dict, outcome: str, now: 
 
 
 def task_finish(
-    *, task_id: int, worker_id: str, result: ExecutionResult, now: datetime | None = None
+    *, task: Task, worker_id: str, result: ExecutionResult, now: datetime | None = None
 ) -> bool:
-    """Record the turn's result if `worker_id` still holds the task; False (nothing written) if not.
+    """Record the turn's result if `worker_id` still holds `task` (as claimed); False (nothing
+    written) if not.
 
     Completed or failed, `result_text` and `failure_reason` replaced, `finished_at` set, the
-    thread id kept, the executor's events stored, and the run written to the usage ledger
-    (its usage, cost, model, executor, thread and turn), which adds its cost to the task's
-    cost and the user's monthly spend: all in one transaction.
+    thread id kept, the executor's events stored, the run written to the run history and to
+    the usage ledger (its usage, cost, model, executor, thread and turn), which adds its cost
+    to the task's cost and the user's monthly spend: all at once. On PostgreSQL that is one
+    statement (`statements.finish_sql_postgresql`); on SQLite one short transaction.
     """
     now = now or timezone.now()
     status = TaskStatus.COMPLETED if result.status == "completed" else TaskStatus.FAILED
+    cost_usd = usage_cost_checked(cost_usd=result.cost_usd or 0, kind=UsageKind.TASK_RUN)
     changes = {
         "status": status,
         "result_text": result.result_text,
@@ -253,48 +272,96 @@ def task_finish(
         "heartbeat_at": None,
         "is_resume": False,
         "updated_at": now,
+        "thread_id": result.thread_id or "",
     }
-    if result.thread_id:
-        changes["thread_id"] = result.thread_id
-    with transaction.atomic():
-        if not _release(
-            task_id=task_id, worker_id=worker_id, changes=changes, outcome=status, now=now
-        ):
-            return False
-        user_id, project_id, turn, executor, thread_id = Task.objects.filter(
-            pk=task_id
-        ).values_list("user_id", "project_id", "turn", "executor", "thread_id")[0]
-        usage_record(
-            user_id=user_id,
-            task_id=task_id,
-            project_id=project_id,
-            kind=UsageKind.TASK_RUN,
-            turn=turn,
-            thread_id=thread_id,
-            executor=executor,
+    events = [(event.kind, event.data) for event in result.events]
+    if connection.vendor == "postgresql":
+        sql, params = statements.finish_sql_postgresql(
+            task=task,
+            worker_id=worker_id,
+            changes=changes,
+            outcome=status,
+            now=now,
+            cost_usd=cost_usd,
             model=result.model,
-            cost_usd=Decimal(result.cost_usd or 0),
+            tokens=asdict(result.usage),
+            events=events,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            finished = bool(cursor.fetchall())
+    else:
+        finished = _finish_in_transaction(
+            task=task,
+            worker_id=worker_id,
+            changes=changes,
+            status=status,
+            now=now,
+            cost_usd=cost_usd,
+            result=result,
+            events=events,
+        )
+    if finished:
+        outcomes = (
+            metrics.task_completions if status == TaskStatus.COMPLETED else metrics.task_failures
+        )
+        outcomes.labels(task.executor).inc()
+    return finished
+
+
+def _finish_in_transaction(
+    *,
+    task: Task,
+    worker_id: str,
+    changes: dict,
+    status: str,
+    now: datetime,
+    cost_usd: Decimal,
+    result: ExecutionResult,
+    events: list[tuple[str, dict]],
+) -> bool:
+    """The finish on databases without data-modifying CTEs (SQLite): the task's update
+    returns what the ledger row needs, then the run, the ledger row and the monthly total."""
+    sql, params = statements.finish_update_sql(
+        task=task, worker_id=worker_id, changes=changes, cost_usd=cost_usd
+    )
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        if not rows:
+            return False
+        row = dict(zip(statements.FINISH_RETURNS, rows[0], strict=True))
+        _run_history(task=task, worker_id=worker_id, outcome=status, now=now).save()
+        usage_record(
+            user_id=row["user_id"],
+            task_id=task.pk,
+            project_id=row["project_id"],
+            kind=UsageKind.TASK_RUN,
+            turn=row["turn"],
+            thread_id=row["thread_id"],
+            executor=row["executor"],
+            model=result.model,
+            cost_usd=cost_usd,
             finished_at=now,
+            add_to_task=False,
             **asdict(result.usage),
         )
-        if result.events:
+        if events:
             TaskEvent.objects.bulk_create(
-                [
-                    TaskEvent(task_id=task_id, turn=turn, kind=event.kind, data=event.data)
-                    for event in result.events
-                ]
+                [TaskEvent(task_id=task.pk, turn=row["turn"], kind=k, data=d) for k, d in events]
             )
-    outcomes = metrics.task_completions if status == TaskStatus.COMPLETED else metrics.task_failures
-    outcomes.labels(executor).inc()
     return True
 
 
-def task_quota_refusal(*, task: Task) -> str | None:
+def task_quota_refusal(*, task: Task, quota: QuotaStatus | None = None) -> str | None:
     """Why the task's user may not run it now (their monthly quota is used up), else None.
 
-    An unlimited (or zero) limit decides alone, without reading the user's spend.
+    `quota` is the status the claim read; without it the quota is read (an unlimited, or
+    zero, limit decides alone, without reading the user's spend).
     """
-    quota = quota_status_get(user_id=task.user_id, always_read_spend=False)
+    if quota is None:
+        quota = quota_status_get(user_id=task.user_id, always_read_spend=False)
     if not quota.exhausted:
         return None
     remaining = quota.remaining_percent.normalize()
@@ -304,7 +371,7 @@ def task_quota_refusal(*, task: Task) -> str | None:
     return f"monthly quota exhausted: {remaining:f}% of ${limit:.2f} left{spent_text}"
 
 
-def task_refuse(*, task_id: int, worker_id: str, reason: str, now: datetime | None = None) -> bool:
+def task_refuse(*, task: Task, worker_id: str, reason: str, now: datetime | None = None) -> bool:
     """Fail the task without running it (quota refusal): the reason shows in its detail."""
     now = now or timezone.now()
     changes = {
@@ -317,18 +384,14 @@ def task_refuse(*, task_id: int, worker_id: str, reason: str, now: datetime | No
     }
     with transaction.atomic():
         if not _release(
-            task_id=task_id,
-            worker_id=worker_id,
-            changes=changes,
-            outcome=RunOutcome.REFUSED,
-            now=now,
+            task=task, worker_id=worker_id, changes=changes, outcome=RunOutcome.REFUSED, now=now
         ):
             return False
         audit_record(
             action="worker_task_refused",
             actor_label=worker_actor_label(worker_id=worker_id),
             target_type="task",
-            target_id=task_id,
+            target_id=task.pk,
             data={"reason": reason},
         )
     metrics.quota_refusals.inc()
@@ -336,44 +399,48 @@ def task_refuse(*, task_id: int, worker_id: str, reason: str, now: datetime | No
 
 
 def task_requeue(
-    *, task_id: int, worker_id: str, reason: str = "worker shutdown", now: datetime | None = None
+    *, task: Task, worker_id: str, reason: str = "worker shutdown", now: datetime | None = None
 ) -> bool:
     """Put a task this worker holds back in the queue as a resume of the same turn.
 
     It keeps its place in the queue (its `queued_at`), so it is the next one claimed.
     """
     now = now or timezone.now()
+    changes = {
+        "status": TaskStatus.QUEUED,
+        "is_resume": True,
+        "worker_id": "",
+        "heartbeat_at": None,
+        "updated_at": now,
+    }
     with transaction.atomic():
-        task = _owned(task_id=task_id, worker_id=worker_id).only("id", "turn").first()
-        if task is None:
-            return False
-        changes = {
-            "status": TaskStatus.QUEUED,
-            "is_resume": True,
-            "worker_id": "",
-            "heartbeat_at": None,
-            "updated_at": now,
-        }
         if not _release(
-            task_id=task_id,
-            worker_id=worker_id,
-            changes=changes,
-            outcome=RunOutcome.REQUEUED,
-            now=now,
+            task=task, worker_id=worker_id, changes=changes, outcome=RunOutcome.REQUEUED, now=now
         ):
             return False
         audit_record(
             action="worker_task_requeued",
             actor_label=worker_actor_label(worker_id=worker_id),
             target_type="task",
-            target_id=task_id,
+            target_id=task.pk,
             data={"turn": task.turn, "reason": reason},
         )
-    logger.info("task %s turn %s re-queued as a resume (%s)", task_id, task.turn, reason)
+    logger.info("task %s turn %s re-queued as a resume (%s)", task.pk, task.turn, reason)
     return True
 
 
 # --- Recovery ---------------------------------------------------------------------------------
+
+_RECOVERY_FIELDS = (
+    "id",
+    "turn",
+    "worker_id",
+    "heartbeat_at",
+    "is_resume",
+    "claimed_at",
+    "executor",
+    "updated_at",
+)
 
 
 def tasks_recover_stale(
@@ -381,51 +448,90 @@ def tasks_recover_stale(
 ) -> list[int]:
     """Re-queue running tasks whose heartbeat is older than `stale_after` as resumes.
 
-    Same turn, `is_resume` set (the injector gives a resume nothing). Each task is taken back
-    with a conditional update, so two workers recovering at once recover it once. Returns the
-    ids recovered.
+    Same turn, `is_resume` set (the injector gives a resume nothing). One read when nothing
+    is stale; else one transaction for the whole batch (up to 100 tasks): the stale rows are
+    locked (on PostgreSQL skipping rows another worker holds, such as a task its worker is
+    finishing right now) and re-read, re-queued by one update, and their lost runs and
+    audit events written by one insert each. Two workers recovering at once recover a task
+    once. Returns the ids recovered.
     """
     now = now or timezone.now()
     cutoff = now - stale_after
     stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, updated_at__lt=cutoff)
-    candidates = list(
-        Task.objects.filter(stale, status=TaskStatus.RUNNING)
-        .order_by("id")
-        .values_list("id", "turn", "worker_id", "heartbeat_at")[:100]
-    )
-    recovered = []
-    for task_id, turn, old_worker, heartbeat_at in candidates:
-        with transaction.atomic():
-            updated = Task.objects.filter(
-                stale, pk=task_id, status=TaskStatus.RUNNING, worker_id=old_worker
-            ).update(
-                status=TaskStatus.QUEUED,
-                is_resume=True,
-                worker_id="",
-                heartbeat_at=None,
-                updated_at=now,
-            )
-            if updated != 1:
-                continue
-            _close_run(task_id=task_id, worker_id=old_worker, outcome=RunOutcome.LOST, now=now)
-            audit_record(
-                action="worker_task_recovered",
-                actor_label=actor_label,
-                target_type="task",
-                target_id=task_id,
-                data={
-                    "turn": turn,
-                    "stale_worker_id": old_worker,
-                    "last_heartbeat_at": heartbeat_at.isoformat() if heartbeat_at else None,
-                },
-            )
+    running = Task.objects.filter(stale, status=TaskStatus.RUNNING)
+    candidates = list(running.order_by("id").values_list("id", flat=True)[:100])
+    if not candidates:
+        return []
+    with transaction.atomic():
+        locked = running.filter(pk__in=candidates).order_by("id")
+        if connection.features.has_select_for_update_skip_locked:
+            locked = locked.select_for_update(skip_locked=True)
+        rows = [
+            dict(zip(_RECOVERY_FIELDS, row, strict=True))
+            for row in locked.values_list(*_RECOVERY_FIELDS)
+        ]
+        if not rows:
+            return []
+        ids = [row["id"] for row in rows]
+        Task.objects.filter(pk__in=ids).update(
+            status=TaskStatus.QUEUED,
+            is_resume=True,
+            worker_id="",
+            heartbeat_at=None,
+            updated_at=now,
+        )
+        _runs_lost(rows=rows, now=now)
+        AuditEvent.objects.bulk_create(
+            [
+                AuditEvent(
+                    actor_label=actor_label,
+                    action="worker_task_recovered",
+                    target_type="task",
+                    target_id=str(row["id"]),
+                    data={
+                        "turn": row["turn"],
+                        "stale_worker_id": row["worker_id"],
+                        "last_heartbeat_at": (
+                            row["heartbeat_at"].isoformat() if row["heartbeat_at"] else None
+                        ),
+                    },
+                )
+                for row in rows
+            ]
+        )
+    for row in rows:
         logger.warning(
             "task %s turn %s: worker %s stopped heart-beating (last %s); re-queued as a resume",
-            task_id,
-            turn,
-            old_worker or "?",
-            heartbeat_at,
+            row["id"],
+            row["turn"],
+            row["worker_id"] or "?",
+            row["heartbeat_at"],
         )
         metrics.task_recoveries.inc()
-        recovered.append(task_id)
-    return recovered
+    return ids
+
+
+def _runs_lost(*, rows: list[dict], now: datetime) -> None:
+    """The recovered runs in the run history, as `lost`. A run opened by a worker of an
+    earlier release (which wrote an open `running` row at its claim) is closed instead."""
+    ids = [row["id"] for row in rows]
+    open_runs = TaskRun.objects.filter(task_id__in=ids, outcome=RunOutcome.RUNNING)
+    legacy = set(open_runs.values_list("task_id", flat=True))
+    if legacy:
+        open_runs.update(outcome=RunOutcome.LOST, finished_at=now)
+    TaskRun.objects.bulk_create(
+        [
+            TaskRun(
+                task_id=row["id"],
+                turn=row["turn"],
+                is_resume=row["is_resume"],
+                worker_id=row["worker_id"],
+                executor=row["executor"],
+                started_at=row["claimed_at"] or row["updated_at"],
+                finished_at=now,
+                outcome=RunOutcome.LOST,
+            )
+            for row in rows
+            if row["id"] not in legacy
+        ]
+    )

@@ -10,8 +10,8 @@ warning and the task runs without memories.
 import logging
 from dataclasses import dataclass, field
 
-from django.db import transaction
-from django.db.models import F, OuterRef, Subquery
+from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from automemory import metrics, selectors
@@ -29,6 +29,7 @@ from automemory.services.provenance import (
     text_neutralised,
 )
 from controlplane.models import IdentityMemory, Task, TaskKind
+from controlplane.rawsql import Scalar, column, db_value, qn, table
 from controlplane.services.audit import audit_record
 
 logger = logging.getLogger(__name__)
@@ -37,9 +38,12 @@ __all__ = [
     "FOOTER",
     "HEADER",
     "FittedBlock",
+    "InjectionPreferences",
     "InjectionResult",
     "fit_memory_block",
     "inject_memories",
+    "preferences_from",
+    "preferences_sql",
     "render_memory_block",
 ]
 
@@ -53,8 +57,23 @@ class InjectionResult:
     memory_ids: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class InjectionPreferences:
+    """What decides a task's injection: `use_memories` (its flag, else its user's setting),
+    and the user's ranking and size budget."""
+
+    use_memories: bool
+    ranking: str
+    max_chars: int
+
+
 def inject_memories(
-    *, task: Task, prompt: str, goal: str | None, actor_label: str = ""
+    *,
+    task: Task,
+    prompt: str,
+    goal: str | None,
+    actor_label: str = "",
+    preferences: InjectionPreferences | None = None,
 ) -> InjectionResult:
     """Return the in-memory prompt and goal with memories prepended; never raises (fail open).
 
@@ -64,13 +83,15 @@ def inject_memories(
     into `injection_max_chars`. On success, in one transaction: the task's
     `injected_memory_ids` is set, a `worker_memory_injected` audit event names the task, the
     memories and those left out for the budget, and the injected memories' usage counters
-    move.
+    move. `preferences` are the task's, when the caller already read them in its own
+    statement (`preferences_sql`, the worker's claim); else they are read here.
     """
     unchanged = InjectionResult(prompt=prompt, goal=goal)
     try:
         if not _is_first_fresh_turn(task):
             return unchanged
-        preferences = _preferences(task)
+        if preferences is None:
+            preferences = _preferences(task)
         if not preferences.use_memories:
             return unchanged
         user_candidates, project_candidates = selectors.memories_for_injection(
@@ -203,41 +224,68 @@ _SETTING_FIELDS = {
 }
 
 
-@dataclass(frozen=True)
-class _Preferences:
-    use_memories: bool
-    ranking: str
-    max_chars: int
-
-
-def _preferences(task: Task) -> _Preferences:
-    """The task's flag and its user's injection settings, read in one query."""
-    settings_row = AutoMemorySettings.objects.filter(user_id=OuterRef("user_id"))
-    task_flags = TaskAutoMemoryFlags.objects.filter(task_id=OuterRef("pk"))
-    row = (
-        Task.objects.filter(pk=task.pk)
-        .annotate(
-            flag_use_memories=Subquery(task_flags.values("use_memories")[:1]),
-            **{
-                f"setting_{name}": Subquery(settings_row.values(field)[:1])
-                for name, field in _SETTING_FIELDS.items()
-            },
+def preferences_sql(*, task_id_sql: str, user_id_sql: str) -> list[Scalar]:
+    """The task's flag and its user's injection settings as scalar subqueries on the task id
+    and user id columns of another statement (the worker folds them into its claim);
+    `preferences_from` reads their values."""
+    flags, settings_table = table(TaskAutoMemoryFlags), table(AutoMemorySettings)
+    user_match = f"s.{column(AutoMemorySettings, 'user')} = {user_id_sql}"
+    flag_field = TaskAutoMemoryFlags._meta.get_field("use_memories")
+    scalars = [
+        Scalar(
+            "flag_use_memories",
+            f"SELECT f.{qn(flag_field.column)} FROM {flags} f"
+            f" WHERE f.{column(TaskAutoMemoryFlags, 'task')} = {task_id_sql}",
+            field=flag_field,
         )
-        .values("flag_use_memories", *(f"setting_{name}" for name in _SETTING_FIELDS))
-        .first()
-    )
+    ]
+    for name, field_name in _SETTING_FIELDS.items():
+        field = AutoMemorySettings._meta.get_field(field_name)
+        scalars.append(
+            Scalar(
+                f"setting_{name}",
+                f"SELECT s.{qn(field.column)} FROM {settings_table} s WHERE {user_match}",
+                field=field,
+            )
+        )
+    return scalars
+
+
+def preferences_from(values: dict) -> InjectionPreferences:
+    """The preferences from the values `preferences_sql` read (a user without settings has
+    the defaults)."""
     defaults = AutoMemorySettings()
-    if row is None:
-        return _Preferences(use_memories=False, ranking=defaults.injection_ranking, max_chars=0)
 
     def setting(name: str):
-        value = row[f"setting_{name}"]
+        value = values[f"setting_{name}"]
         return getattr(defaults, _SETTING_FIELDS[name]) if value is None else value
 
-    return _Preferences(
-        use_memories=effective_switch(row["flag_use_memories"], setting("use_memories")),
+    return InjectionPreferences(
+        use_memories=effective_switch(values["flag_use_memories"], setting("use_memories")),
         ranking=setting("ranking"),
         max_chars=setting("max_chars"),
+    )
+
+
+def _preferences(task: Task) -> InjectionPreferences:
+    """The task's flag and its user's injection settings, read in one query."""
+    scalars = preferences_sql(task_id_sql="t.id", user_id_sql="t.user_id")
+    sql = (
+        "SELECT " + ", ".join(f"({scalar.sql})" for scalar in scalars) + f" FROM {table(Task)} t"
+        f" WHERE t.{column(Task, 'id')} = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [task.pk])
+        row = cursor.fetchone()
+    if row is None:
+        return InjectionPreferences(
+            use_memories=False, ranking=AutoMemorySettings().injection_ranking, max_chars=0
+        )
+    return preferences_from(
+        {
+            scalar.alias: db_value(scalar.field, value)
+            for scalar, value in zip(scalars, row, strict=True)
+        }
     )
 
 

@@ -10,12 +10,13 @@ from datetime import datetime
 from decimal import ROUND_DOWN, ROUND_FLOOR, Decimal, localcontext
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.errors import DomainError
-from controlplane.models import Quota
+from controlplane.models import MonthlySpend, Quota
 from controlplane.months import month_of
+from controlplane.rawsql import Scalar, column, table
 from controlplane.services.audit import audit_record
 from controlplane.services.usage import monthly_spend_get
 
@@ -66,8 +67,10 @@ def quota_statuses_get(
     limits = dict(
         Quota.objects.filter(user_id__in=user_ids).values_list("user_id", "monthly_limit_usd")
     )
-    default_limit = Decimal(settings.CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD)
-    limit_of = {user_id: limits.get(user_id, default_limit) for user_id in user_ids}
+    limit_of = {
+        user_id: _limit(has_row=user_id in limits, limit=limits.get(user_id))
+        for user_id in user_ids
+    }
     to_read = [
         user_id
         for user_id, limit in limit_of.items()
@@ -81,6 +84,43 @@ def quota_statuses_get(
         )
         for user_id in user_ids
     }
+
+
+def quota_sql(*, user_id_sql: str, now: datetime) -> list[Scalar]:
+    """The quota read folded into another statement (the worker's claim): whether the user
+    has a quota row, its limit, and this month's total, as scalar subqueries on the user id
+    column `user_id_sql`; `quota_status_from` turns their values into the status."""
+    quotas, spends = table(Quota), table(MonthlySpend)
+    quota_user = f"q.{column(Quota, 'user')} = {user_id_sql}"
+    return [
+        Scalar("quota_has_row", f"SELECT 1 FROM {quotas} q WHERE {quota_user}"),
+        Scalar(
+            "quota_limit_usd",
+            f"SELECT q.{column(Quota, 'monthly_limit_usd')} FROM {quotas} q WHERE {quota_user}",
+            field=Quota._meta.get_field("monthly_limit_usd"),
+        ),
+        Scalar(
+            "quota_spent_usd",
+            f"SELECT s.{column(MonthlySpend, 'total_usd')} FROM {spends} s"
+            f" WHERE s.{column(MonthlySpend, 'user')} = {user_id_sql}"
+            f" AND s.{column(MonthlySpend, 'month')} = %s",
+            (connection.ops.adapt_datefield_value(month_of(now)),),
+            field=MonthlySpend._meta.get_field("total_usd"),
+        ),
+    ]
+
+
+def quota_status_from(values: dict) -> QuotaStatus:
+    """The status from the values `quota_sql` read: the same rules as `quota_statuses_get`."""
+    limit = _limit(has_row=values["quota_has_row"] is not None, limit=values["quota_limit_usd"])
+    return _status(limit, Decimal(values["quota_spent_usd"] or 0))
+
+
+def _limit(*, has_row: bool, limit: Decimal | None) -> Decimal | None:
+    """A user's limit: the row's (NULL: unlimited), else the default."""
+    if has_row:
+        return limit
+    return Decimal(settings.CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD)
 
 
 def _status(limit: Decimal | None, spent: Decimal | None) -> QuotaStatus:

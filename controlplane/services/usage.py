@@ -5,21 +5,30 @@ the user's total for the UTC month it finished in (one atomic upsert) and, for a
 the task's `cost_usd`. So a month's spend is one row read, and a task's cost is the sum of
 its runs, however long the history. `monthly_spend_verify` and `task_cost_verify` recompute
 both from the ledger and report (or repair) any drift.
+
+On SQLite the month's upsert is a trigger on the ledger (`SQLITE_MONTH_TRIGGER`): SQLite
+cannot write two tables in one statement, and the trigger saves the worker's finish a
+statement. On PostgreSQL the worker's finish writes the row and the month in one statement
+(`usage_ctes_postgresql`); `usage_record` upserts the month itself.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
 from controlplane.errors import DomainError
 from controlplane.models import MonthlySpend, Task, UsageKind, UsageRecord
 from controlplane.months import month_bounds, month_of
+from controlplane.rawsql import qn
+
+logger = logging.getLogger(__name__)
 
 
 def usage_record(
@@ -39,19 +48,17 @@ def usage_record(
     cache_write_input_tokens: int = 0,
     output_tokens: int = 0,
     reasoning_output_tokens: int = 0,
+    add_to_task: bool = True,
 ) -> UsageRecord:
     """Append one ledger row; add its cost to the user's month and, for a task run, the task.
 
     All three writes are one transaction (the caller's, if any: no savepoint, so a failure here
     rolls the caller's writes back too), so the monthly total and the task's cost never
     disagree with the ledger. Concurrent callers for the same user and month serialise on the
-    month's row and never lose an addition.
+    month's row and never lose an addition. `add_to_task=False`: the caller adds the cost to
+    the task itself, in its own update of the task row in the same transaction.
     """
-    cost_usd = Decimal(cost_usd)
-    if not cost_usd.is_finite() or cost_usd < 0:
-        raise DomainError("A cost must be a finite amount >= 0.", field="cost_usd")
-    if kind not in UsageKind.values:
-        raise DomainError(f"Unknown usage kind {kind!r}.", field="kind")
+    cost_usd = usage_cost_checked(cost_usd=cost_usd, kind=kind)
     with transaction.atomic(savepoint=False):
         record = UsageRecord.objects.create(
             user_id=user_id,
@@ -70,10 +77,114 @@ def usage_record(
             cost_usd=cost_usd,
             finished_at=finished_at,
         )
-        _monthly_spend_add(user_id=user_id, month=month_of(finished_at), cost_usd=cost_usd)
-        if task_id is not None and kind == UsageKind.TASK_RUN and cost_usd:
+        if not _month_by_trigger():
+            _monthly_spend_add(user_id=user_id, month=month_of(finished_at), cost_usd=cost_usd)
+        if add_to_task and task_id is not None and kind == UsageKind.TASK_RUN and cost_usd:
             Task.objects.filter(pk=task_id).update(cost_usd=F("cost_usd") + cost_usd)
     return record
+
+
+def usage_cost_checked(*, cost_usd, kind: str) -> Decimal:
+    """The cost as a Decimal, or DomainError for a cost that is not finite and >= 0 or an
+    unknown kind: nothing is written then."""
+    cost_usd = Decimal(cost_usd)
+    if not cost_usd.is_finite() or cost_usd < 0:
+        raise DomainError("A cost must be a finite amount >= 0.", field="cost_usd")
+    if kind not in UsageKind.values:
+        raise DomainError(f"Unknown usage kind {kind!r}.", field="kind")
+    return cost_usd
+
+
+_SOURCE_COLUMNS = ("user_id", "task_id", "project_id", "turn", "thread_id", "executor")
+
+
+def usage_ctes_postgresql(
+    *,
+    source: str,
+    cost_usd: Decimal,
+    finished_at: datetime,
+    kind: str = UsageKind.TASK_RUN,
+    model: str = "",
+    tokens: dict[str, int],
+) -> tuple[str, list]:
+    """PostgreSQL: the common table expressions that append one ledger row for each row of
+    the CTE `source` (columns user_id, task_id, project_id, turn, thread_id, executor) and
+    add its cost to the user's month, as `usage_record` does, for one statement that also
+    writes the rows `source` returns (the worker's finish). `cost_usd` is checked
+    (`usage_cost_checked`); the caller adds it to the task. Returns `name AS (...), ...` and
+    its parameters, in order."""
+    cost_usd = usage_cost_checked(cost_usd=cost_usd, kind=kind)
+    ledger, months = qn(UsageRecord._meta.db_table), qn(MonthlySpend._meta.db_table)
+    columns = [*_SOURCE_COLUMNS, "kind", "model", *tokens, "cost_usd", "finished_at"]
+    columns.append("created_at")
+    values = [
+        *(f"s.{name}" for name in _SOURCE_COLUMNS),
+        *(["%s"] * (len(columns) - len(_SOURCE_COLUMNS))),
+    ]
+    now = timezone.now()
+    sql = (
+        f"usage_row AS (INSERT INTO {ledger} ({', '.join(qn(c) for c in columns)})"
+        f" SELECT {', '.join(values)} FROM {source} s RETURNING user_id, cost_usd),"
+        f" usage_month AS (INSERT INTO {months} (user_id, month, total_usd, entries, updated_at)"
+        " SELECT user_id, %s, cost_usd, 1, %s FROM usage_row"
+        " ON CONFLICT (user_id, month) DO UPDATE SET"
+        f" total_usd = {months}.total_usd + EXCLUDED.total_usd,"
+        f" entries = {months}.entries + 1, updated_at = EXCLUDED.updated_at)"
+    )
+    params = [kind, model[:200], *tokens.values(), cost_usd, finished_at, now]
+    params += [month_of(finished_at), now]
+    return sql, params
+
+
+# SQLite: every ledger row inserted adds itself to its user's UTC month (finished_at is stored
+# as UTC text, 'YYYY-MM-DD HH:MM:SS[.ffffff]'), the same upsert as `_monthly_spend_add`.
+SQLITE_MONTH_TRIGGER = "usage_ledger_adds_to_month"
+SQLITE_MONTH_TRIGGER_SQL = f"""
+CREATE TRIGGER IF NOT EXISTS {SQLITE_MONTH_TRIGGER} AFTER INSERT ON usage_ledger
+BEGIN
+    INSERT INTO usage_monthly_spend (user_id, month, total_usd, entries, updated_at)
+    VALUES (
+        NEW.user_id, strftime('%Y-%m-01', NEW.finished_at), NEW.cost_usd, 1,
+        strftime('%Y-%m-%d %H:%M:%f', 'now')
+    )
+    ON CONFLICT (user_id, month) DO UPDATE SET
+        total_usd = usage_monthly_spend.total_usd + excluded.total_usd,
+        entries = usage_monthly_spend.entries + 1,
+        updated_at = excluded.updated_at;
+END
+"""
+
+
+def _month_by_trigger() -> bool:
+    return connection.vendor == "sqlite"
+
+
+def sqlite_month_trigger_ensure(*, using: str = "default", **_kwargs) -> None:
+    """Re-create the SQLite monthly-total trigger if a table rebuild dropped it.
+
+    Django rebuilds a SQLite table to alter some of its columns, which drops the table's
+    triggers; run after every `migrate` (post_migrate), this brings it back (a ledger row
+    written without it would be missing from its month: `manage.py spend_check` finds it).
+    """
+    conn = connections[using]
+    if conn.vendor != "sqlite":
+        return
+    with conn.cursor() as cursor:
+        names = {
+            row[0]
+            for row in cursor.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
+            ).fetchall()
+        }
+        if "usage_ledger" not in names or SQLITE_MONTH_TRIGGER in names:
+            return
+        if "usage_monthly_spend" not in names:
+            return  # not migrated this far yet: the migration creates it
+        logger.warning(
+            "the monthly spend trigger was missing (table rebuilt); re-creating it: run "
+            "`manage.py spend_check --fix` if runs were recorded meanwhile"
+        )
+        cursor.execute(SQLITE_MONTH_TRIGGER_SQL)
 
 
 def _monthly_spend_add(*, user_id: int, month: date, cost_usd: Decimal) -> None:

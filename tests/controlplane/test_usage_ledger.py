@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from controlplane.errors import DomainError
 from controlplane.models import MonthlySpend, Task, TaskStatus, UsageRecord
+from controlplane.services import usage
 from controlplane.services.quota import quota_status_get
 from controlplane.services.usage import monthly_spend_verify, task_cost_verify, usage_record
 
@@ -131,6 +132,23 @@ class TestRecording:
                 user=alice, task=task, cost_usd=Decimal("-1"), finished_at=timezone.now()
             )
 
+    @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's trigger")
+    def test_sqlite_adds_any_ledger_row_to_its_month_and_a_lost_trigger_comes_back(
+        self, project, alice, task_factory, caplog
+    ):
+        task = task_factory(project, alice)
+        UsageRecord.objects.create(user=alice, task=task, cost_usd=Decimal("2"), finished_at=MARCH)
+        assert months_of(alice) == {date(2026, 3, 1): (Decimal("2"), 1)}
+
+        with connection.cursor() as cursor:  # what a rebuild of the table does to it
+            cursor.execute(f"DROP TRIGGER {usage.SQLITE_MONTH_TRIGGER}")
+        usage.sqlite_month_trigger_ensure()  # post_migrate
+
+        run(task, "0.5", finished_at=MARCH)
+        assert months_of(alice) == {date(2026, 3, 1): (Decimal("2.5"), 2)}
+        assert "monthly spend trigger was missing" in caplog.text
+        assert monthly_spend_verify() == []
+
 
 # --- The honesty check -------------------------------------------------------------------------
 
@@ -244,8 +262,22 @@ class TestSpendCheck:
 class TestCarryOver:
     @pytest.fixture
     def carry_over(self):
+        """Migration 0007's carry-over, on the schema it ran on: before SQLite's monthly
+        spend trigger (migration 0014) existed, the migration wrote the months itself."""
         migration = importlib.import_module("controlplane.migrations.0007_usage_ledger")
-        return lambda: migration.carry_over_task_costs(django_apps, None)
+
+        def run():
+            if connection.vendor != "sqlite":
+                return migration.carry_over_task_costs(django_apps, None)
+            with connection.cursor() as cursor:
+                cursor.execute(f"DROP TRIGGER {usage.SQLITE_MONTH_TRIGGER}")
+            try:
+                migration.carry_over_task_costs(django_apps, None)
+            finally:
+                with connection.cursor() as cursor:
+                    cursor.execute(usage.SQLITE_MONTH_TRIGGER_SQL)
+
+        return run
 
     def test_each_task_with_a_cost_or_a_finish_becomes_one_run(
         self, carry_over, project, alice, bob, task_factory

@@ -1,22 +1,21 @@
 """Heartbeats and checkpoint resume: a task whose worker went quiet is re-queued, same turn."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 from freezegun import freeze_time
 
-from controlplane.models import AuditEvent, TaskStatus
+from controlplane.models import AuditEvent, Task, TaskStatus, UsageRecord
 from worker import services
 from worker.models import RunOutcome, TaskRun
 
 STALE = timedelta(seconds=60)
 
 
-def _claimed(project, task_factory, **fields):
-    task = task_factory(project, **fields)
-    services.task_claim_next(worker_id="w-old")
-    task.refresh_from_db()
-    return task
+def _claimed(project, task_factory, worker_id="w-old", **fields):
+    """A task as `worker_id` claimed it (what the worker holds in memory)."""
+    task_factory(project, **fields)
+    return services.task_claim_next(worker_id=worker_id).task
 
 
 def test_a_heartbeat_refreshes_only_the_owners_task(project, task_factory):
@@ -88,7 +87,7 @@ def test_the_old_worker_cannot_finish_a_recovered_task(project, task_factory):
     with freeze_time("2026-03-02 10:05:00"):
         services.tasks_recover_stale(stale_after=STALE)
         finished = services.task_finish(
-            task_id=task.pk,
+            task=task,
             worker_id="w-old",
             result=ExecutionResult(status="completed", result_text="late"),
         )
@@ -96,6 +95,75 @@ def test_the_old_worker_cannot_finish_a_recovered_task(project, task_factory):
     task.refresh_from_db()
     assert task.status == TaskStatus.QUEUED
     assert task.result_text == ""
+    assert not UsageRecord.objects.exists()
+
+
+def test_a_worker_cannot_write_with_an_older_claim_of_the_same_task(project, task_factory):
+    """The fence is the claim (worker and claim time), not the worker alone: the same worker
+    id that claimed the task again (a restarted process reusing its id) owns the new claim
+    only."""
+    from worker.executors import ExecutionResult
+
+    with freeze_time("2026-03-02 10:00:00"):
+        old = _claimed(project, task_factory, worker_id="w1")
+    with freeze_time("2026-03-02 10:05:00"):
+        services.tasks_recover_stale(stale_after=STALE)
+        new = services.task_claim_next(worker_id="w1").task
+        assert (
+            services.task_heartbeat(task_id=old.pk, worker_id="w1", claimed_at=old.claimed_at)
+            is False
+        )
+        assert (
+            services.task_finish(
+                task=old,
+                worker_id="w1",
+                result=ExecutionResult(status="completed", result_text="a"),
+            )
+            is False
+        )
+        assert (
+            services.task_finish(
+                task=new,
+                worker_id="w1",
+                result=ExecutionResult(status="completed", result_text="b"),
+            )
+            is True
+        )
+    task = Task.objects.get(pk=old.pk)
+    assert (task.status, task.result_text) == (TaskStatus.COMPLETED, "b")
+    assert UsageRecord.objects.filter(task=task).count() == 1
+    runs = TaskRun.objects.filter(task=task).values_list("outcome", "started_at")
+    assert list(runs) == [("lost", old.claimed_at), ("completed", new.claimed_at)]
+
+
+def test_recovery_closes_the_open_run_a_worker_of_an_earlier_release_wrote(project, task_factory):
+    """Before the run history was written once per run, a claim opened a `running` row; a
+    task recovered from such a worker gets that row closed as lost, not a second row."""
+    with freeze_time("2026-03-02 10:00:00"):
+        task = _claimed(project, task_factory)
+        Task.objects.filter(pk=task.pk).update(claimed_at=None)  # claimed by the old code
+        TaskRun.objects.create(
+            task=task, turn=1, worker_id="w-old", executor="echo", started_at=timezone.now()
+        )
+    with freeze_time("2026-03-02 10:05:00"):
+        assert services.tasks_recover_stale(stale_after=STALE) == [task.pk]
+    [run] = TaskRun.objects.filter(task=task)
+    assert (run.outcome, run.worker_id) == (RunOutcome.LOST, "w-old")
+    assert run.finished_at == datetime(2026, 3, 2, 10, 5, tzinfo=UTC)
+
+
+def test_recovery_takes_a_batch_in_a_fixed_number_of_statements(
+    project, task_factory, django_assert_max_num_queries
+):
+    """One read, then one transaction whatever the batch: lock, update, runs, audit events
+    (and the check for open runs of an earlier release)."""
+    with freeze_time("2026-03-02 10:00:00"):
+        for _ in range(12):
+            _claimed(project, task_factory)
+    with freeze_time("2026-03-02 10:05:00"), django_assert_max_num_queries(8):
+        assert len(services.tasks_recover_stale(stale_after=STALE)) == 12
+    assert TaskRun.objects.filter(outcome=RunOutcome.LOST).count() == 12
+    assert AuditEvent.objects.filter(action="worker_task_recovered").count() == 12
 
 
 def test_the_worker_runs_a_recovered_task_as_a_resume(
