@@ -15,6 +15,10 @@ DEFAULTS: dict[str, Any] = {
     # How many memories of each scope the first turn of a task receives.
     "INJECT_USER_LIMIT": 5,
     "INJECT_PROJECT_LIMIT": 5,
+    # `relevant` ranking counts feedback (automemory/ranking.py): cited memories rank up to
+    # 1.5x better; one injected into this many tasks that none cited ranks 0.8x as well.
+    "RANKING_FEEDBACK": True,
+    "NEVER_CITED_AFTER": 10,
     # Content of an auto memory: first goal/prompt line (capped) + start of the result.
     "GOAL_LINE_MAX_CHARS": 200,
     "RESULT_EXCERPT_CHARS": 800,
@@ -65,6 +69,16 @@ DEFAULTS: dict[str, Any] = {
     # The most memories one retention pass archives, and how often a worker runs a pass.
     "RETENTION_BATCH_SIZE": 500,
     "RETENTION_INTERVAL_SECONDS": 3600,
+    # --- Feedback (docs/auto-memory.md, "Feedback") ---
+    # The most memories one task may report (an agent told to report everything holds at
+    # most this many memories for review), and cite (the rest of a long list is ignored).
+    "REPORTS_PER_TASK": 3,
+    "CITES_PER_TASK": 50,
+    # A feedback note is redacted and cut to this many characters.
+    "FEEDBACK_NOTE_MAX_CHARS": 500,
+    # `memory_search`: the most results, and the most characters its answer may take.
+    "SEARCH_MAX_RESULTS": 10,
+    "SEARCH_MAX_CHARS": 6000,
     # --- One sweeper at a time (docs/auto-memory-reference.md, "The sweep lease") ---
     # How often a worker's sweeper thread tries the global sweep (one statement when another
     # worker holds the lease).

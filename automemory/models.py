@@ -15,7 +15,14 @@ MAX_DURATION_SECONDS = 7 * 24 * 3600
 MAX_RESULT_CHARS = 1_000_000
 MAX_INTERNAL_MCP_SERVERS = 50
 MCP_SERVER_NAME_MAX_CHARS = 100
-MIN_INJECTION_MAX_CHARS = 200
+# The block's fixed text (header, the citation request, the fence note and markers, the
+# task heading) takes about 480 characters: the smallest budget still carries one memory of
+# 100 characters (a test holds this).
+MIN_INJECTION_MAX_CHARS = 600
+MIN_INJECTION_MAX_CHARS_MESSAGE = (
+    f"Ensure this value is greater than or equal to {MIN_INJECTION_MAX_CHARS}: the block's "
+    "own text takes about 480 characters, and this leaves room for one short memory."
+)
 MAX_INJECTION_MAX_CHARS = 1_000_000
 MAX_UNUSED_DAYS = 3650
 MAX_MEMORY_BUDGET_USD = Decimal("100000")
@@ -92,11 +99,12 @@ class AutoMemorySettings(models.Model):
     injection_max_chars = models.PositiveIntegerField(
         default=10_000,
         validators=[
-            MinValueValidator(MIN_INJECTION_MAX_CHARS),
+            MinValueValidator(MIN_INJECTION_MAX_CHARS, message=MIN_INJECTION_MAX_CHARS_MESSAGE),
             MaxValueValidator(MAX_INJECTION_MAX_CHARS),
         ],
     )
-    # Retention: archive auto memories neither injected nor created in this many days (0: off).
+    # Retention: archive auto memories not used (cited, edited or restored) in this many days
+    # (0: off).
     max_unused_days = models.PositiveIntegerField(
         default=0, validators=[MinValueValidator(0), MaxValueValidator(MAX_UNUSED_DAYS)]
     )
@@ -365,3 +373,94 @@ class ExtractionDraft(models.Model):
 
     def __str__(self) -> str:
         return f"paid extraction of task {self.task_id}"
+
+
+class FeedbackKind(models.TextChoices):
+    CITE = "cite", "Cited (used)"
+    REPORT = "report", "Reported (misled)"
+
+
+class ReportReason(models.TextChoices):
+    WRONG = "wrong", "Wrong"
+    OUTDATED = "outdated", "Outdated"
+    UNSAFE = "unsafe", "Unsafe"
+
+
+class FeedbackVia(models.TextChoices):
+    MCP = "mcp", "The memory tool (MCP)"
+    RESULT_LINE = "result_line", "A `Memories used:` line in the result"
+    PERSON = "person", "A person (API or console)"
+
+
+class MemoryFeedback(models.Model):
+    """What a task (or a person) said of a memory: it was used (`cite`) or it misled
+    (`report`, with a reason). Append-only; one row per (memory, task, kind), so a task
+    counts once however often it says so. A person's report has no task."""
+
+    memory = models.ForeignKey(IdentityMemory, on_delete=models.CASCADE, related_name="feedback")
+    task = models.ForeignKey(
+        Task, null=True, blank=True, on_delete=models.CASCADE, related_name="memory_feedback"
+    )
+    # Whose feedback: the task's user, or the person who reported.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    kind = models.CharField(max_length=8, choices=FeedbackKind.choices)
+    reason = models.CharField(max_length=16, choices=ReportReason.choices, blank=True, default="")
+    # Redacted, at most FEEDBACK_NOTE_MAX_CHARS.
+    note = models.TextField(blank=True, default="")
+    via = models.CharField(max_length=16, choices=FeedbackVia.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "memory feedback"
+        verbose_name_plural = "memory feedback"
+        indexes = [
+            models.Index(fields=["memory", "kind", "-created_at"], name="feedback_memory_idx"),
+            # The console's health page: a project's feedback over the last weeks.
+            models.Index(fields=["created_at"], name="feedback_created_idx"),
+            models.Index(fields=["task", "kind"], name="feedback_task_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["memory", "task", "kind"],
+                condition=Q(task__isnull=False),
+                name="feedback_once_per_task",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=[k.value for k in FeedbackKind]), name="feedback_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind="cite", reason="")
+                | Q(kind="report", reason__in=[r.value for r in ReportReason]),
+                name="feedback_reason_fits_kind",
+            ),
+            models.CheckConstraint(
+                condition=Q(via__in=[v.value for v in FeedbackVia]), name="feedback_via_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(task__isnull=False) | Q(via="person"),
+                name="feedback_agents_have_a_task",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} of memory {self.memory_id} by task {self.task_id}"
+
+
+class TaskMemoryShown(models.Model):
+    """A memory the memory tool showed to a running task (`memory_search`, `memory_get`):
+    with the injected ones, the only memories the task may cite."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="memories_shown")
+    memory = models.ForeignKey(IdentityMemory, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "memory shown to a task"
+        constraints = [
+            models.UniqueConstraint(fields=["task", "memory"], name="memory_shown_once_per_task")
+        ]
+
+    def __str__(self) -> str:
+        return f"memory {self.memory_id} shown to task {self.task_id}"

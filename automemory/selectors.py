@@ -1,15 +1,12 @@
-"""Reads for auto memory: what a task's first turn receives, and a user's extraction log."""
+"""Reads for auto memory's pages and lists: the extraction log, the console's memory and task
+pages. What a task may receive is `automemory.ranking`."""
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import connection
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Lower
 
-from automemory import conf
-from automemory.models import AutoMemoryLog, InjectionRanking
-from automemory.services import search
+from automemory.models import AutoMemoryLog
 from controlplane.access import memories_visible_to, projects_visible_to
 from controlplane.models import (
     IdentityMemory,
@@ -22,130 +19,6 @@ from controlplane.models import (
     TaskFollowup,
     UsageRecord,
 )
-
-# Memories a task's first turn may receive: active, and not an auto memory whose text reads
-# like instructions to the agent and that no project owner approved yet.
-_INJECTABLE = (
-    "m.status = 'active' AND (m.source <> 'auto' OR NOT m.flagged OR m.approved_at IS NOT NULL)"
-)
-_OWNER = {
-    MemoryScope.USER: "m.scope = 'user' AND m.user_id = %s",
-    MemoryScope.PROJECT: "m.scope = 'project' AND m.project_id = %s",
-}
-_NEWEST = "m.created_at DESC, m.id DESC"
-
-
-def memories_for_injection(
-    *, user_id: int, project_id: int, ranking: str = "recent", query_text: str = ""
-) -> tuple[list[IdentityMemory], list[IdentityMemory]]:
-    """The memories a task's first turn receives, user-level then project-level, best first.
-
-    `recent`: the newest 5 injectable memories of each scope. `relevant`: the memories that
-    best match `query_text` (the task's goal and prompt) by full-text rank, recency breaking
-    ties, then the newest others filling the free slots; each scope ranked and counted
-    apart. One query, indexed, whatever the number of memories stored.
-    """
-    limits = {
-        MemoryScope.USER: conf.get("INJECT_USER_LIMIT"),
-        MemoryScope.PROJECT: conf.get("INJECT_PROJECT_LIMIT"),
-    }
-    owners = {MemoryScope.USER: user_id, MemoryScope.PROJECT: project_id}
-    vendor = connection.vendor
-    terms = search.query_terms(query_text) if ranking == InjectionRanking.RELEVANT else []
-    match = search.match_sql(terms, vendor) if terms and search.search_supported(vendor) else None
-    columns = _memory_columns()
-    parts: list[str] = []
-    params: list = []
-    for scope in (MemoryScope.USER, MemoryScope.PROJECT):
-        if match is not None:
-            # Rank narrow rows (id, score), then read the few chosen memories whole.
-            parts.append(
-                f"SELECT {columns}, '{scope}:match' AS injection_part, best.match_score"
-                f" FROM (SELECT m.id AS id, {match.score} AS match_score FROM {match.from_sql}"
-                f" WHERE {match.condition} AND {_OWNER[scope]} AND {_INJECTABLE}"
-                f" ORDER BY match_score, {_NEWEST} LIMIT %s) AS best"
-                " JOIN identity_memories m ON m.id = best.id"
-            )
-            params.extend([*match.params, owners[scope], limits[scope]])
-        parts.append(
-            f"SELECT {columns}, '{scope}:recent' AS injection_part,"
-            " CAST(NULL AS REAL) AS match_score"
-            f" FROM identity_memories m WHERE {_OWNER[scope]} AND {_INJECTABLE}"
-            f" ORDER BY {_NEWEST} LIMIT %s"
-        )
-        params.extend([owners[scope], limits[scope]])
-    sql = " UNION ALL ".join(f"SELECT * FROM ({part}) AS part{i}" for i, part in enumerate(parts))
-    found: dict[str, list[IdentityMemory]] = {}
-    for memory in IdentityMemory.objects.raw(sql, params):
-        found.setdefault(memory.injection_part, []).append(memory)
-    return tuple(  # type: ignore[return-value]
-        _ranked(found.get(f"{scope}:match", []), found.get(f"{scope}:recent", []), limits[scope])
-        for scope in (MemoryScope.USER, MemoryScope.PROJECT)
-    )
-
-
-def memories_matching(
-    *,
-    text: str,
-    scope: str,
-    limit: int,
-    project_id: int | None = None,
-    user_id: int | None = None,
-    exclude_ids: Iterable[int] = (),
-) -> list[IdentityMemory]:
-    """Active memories of a scope whose content or keywords match `text`, best match first.
-
-    Filtered by `project_id` / `user_id` when given. Each memory carries `match_score`
-    (lower is better; BM25 on SQLite, minus `ts_rank_cd` on PostgreSQL, so only comparable
-    within one database). Empty when `text` has no searchable word. One query.
-    """
-    vendor = connection.vendor
-    terms = search.query_terms(text)
-    if not terms or limit <= 0 or not search.search_supported(vendor):
-        return []
-    match = search.match_sql(terms, vendor)
-    where = [match.condition, "m.scope = %s", "m.status = 'active'"]
-    params: list = [*match.params, scope]
-    if project_id is not None:
-        where.append("m.project_id = %s")
-        params.append(project_id)
-    if user_id is not None:
-        where.append("m.user_id = %s")
-        params.append(user_id)
-    excluded = [int(pk) for pk in exclude_ids]
-    if excluded:
-        where.append(f"m.id NOT IN ({', '.join(['%s'] * len(excluded))})")
-        params.extend(excluded)
-    params.append(limit)
-    sql = (
-        f"SELECT {_memory_columns()}, {match.score} AS match_score FROM {match.from_sql}"
-        f" WHERE {' AND '.join(where)} ORDER BY match_score, {_NEWEST} LIMIT %s"
-    )
-    return list(IdentityMemory.objects.raw(sql, params))
-
-
-def _memory_columns() -> str:
-    quote = connection.ops.quote_name
-    return ", ".join(f"m.{quote(f.column)}" for f in IdentityMemory._meta.concrete_fields)
-
-
-def _newest_first(memory: IdentityMemory) -> tuple:
-    return (-memory.created_at.timestamp(), -memory.pk)
-
-
-def _ranked(
-    matches: list[IdentityMemory], newest: list[IdentityMemory], limit: int
-) -> list[IdentityMemory]:
-    """Matches by score (recency breaking ties), then the newest others up to `limit`."""
-    ranked = sorted(matches, key=lambda m: (m.match_score, *_newest_first(m)))[:limit]
-    chosen = {m.pk for m in ranked}
-    for memory in sorted(newest, key=_newest_first):
-        if len(ranked) >= limit:
-            break
-        if memory.pk not in chosen:
-            ranked.append(memory)
-            chosen.add(memory.pk)
-    return ranked
 
 
 def auto_memory_log_list(*, user) -> QuerySet[AutoMemoryLog]:

@@ -59,7 +59,7 @@ def main() -> None:
 
 def run() -> None:
     from automemory.services import provenance
-    from automemory.services.injector import render_memory_block
+    from automemory.services.memory_block import render_memory_block
     from controlplane.models import IdentityMemory
 
     rng = random.Random(8)

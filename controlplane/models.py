@@ -392,10 +392,11 @@ class MemoryStatus(models.TextChoices):
 
 
 def memory_last_used():
-    """When a memory was last injected or written (created, edited, merged into, restored):
-    the age the retention rule reads. Its index (`memory_auto_retention_idx`) needs the query
-    to use this very expression."""
-    return Greatest(F("updated_at"), Coalesce(F("last_injected_at"), F("updated_at")))
+    """When a memory was last used: cited by a task, or written (created, edited, merged
+    into, restored). Being injected is not use: a memory put in front of many tasks that no
+    task cites ages like one never injected. The age the retention rule reads; its index
+    (`memory_auto_retention_idx`) needs the query to use this very expression."""
+    return Greatest(F("updated_at"), Coalesce(F("last_cited_at"), F("updated_at")))
 
 
 class IdentityMemory(models.Model):
@@ -447,9 +448,18 @@ class IdentityMemory(models.Model):
     )
     # Search words a model gave with the memory (model-based extraction); may be empty.
     keywords = models.JSONField(default=list, blank=True)
-    # Usage: how many tasks the memory was injected into, and when last.
+    # Usage: how many tasks the memory was injected into, and when last; how many tasks cited
+    # it as used (a `Memories used:` line, or the memory tool's cite), and when last; how
+    # many reports said it misled (`wrong`, `outdated`, `unsafe`), and when last.
     injection_count = models.PositiveIntegerField(default=0)
     last_injected_at = models.DateTimeField(null=True, blank=True)
+    cite_count = models.PositiveIntegerField(default=0)
+    last_cited_at = models.DateTimeField(null=True, blank=True)
+    report_count = models.PositiveIntegerField(default=0)
+    last_reported_at = models.DateTimeField(null=True, blank=True)
+    # Set by a report: the memory is held out of injection and search until a project owner
+    # reviews it (approves it, edits it or deletes it).
+    report_hold_at = models.DateTimeField(null=True, blank=True)
     # Content that reads like instructions to the agent ("ignore previous instructions",
     # role tags...). A flagged auto memory is injected only once a project owner approved it.
     instruction_flags = models.JSONField(default=list, blank=True)

@@ -83,6 +83,19 @@ def staff(user_factory):
 
 
 @pytest.fixture
+def user_for_role(project, alice, bob, vera, charlie, staff):
+    """The user who plays each role on `project` (None for anonymous)."""
+    return {
+        "anonymous": None,
+        "stranger": charlie,
+        "viewer": vera,
+        "member": bob,
+        "owner": alice,
+        "staff": staff,
+    }
+
+
+@pytest.fixture
 def project_factory(db):
     def make(owner, name: str | None = None, *, members=(), viewers=()):
         project = Project.objects.create(name=name or f"project {next(_counter)}", created_by=owner)

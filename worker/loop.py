@@ -32,7 +32,7 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from automemory import conf as automemory_conf
-from automemory.services import injector
+from automemory.services import feedback, injector
 from automemory.services.extraction.sweep import GlobalSweeper
 from automemory.services.injector import InjectionPreferences
 from controlplane import selectors
@@ -406,6 +406,14 @@ class Worker:
         except Exception:
             logger.exception("memory sweep failed")
 
+    def record_citations(self, task: Task, result: ExecutionResult) -> None:
+        """Count the memories the result's `Memories used:` line names (no statement when it
+        has none); a failure is logged, and the task's result stands."""
+        try:
+            feedback.citations_record(task=task, result_text=result.result_text)
+        except Exception:
+            logger.warning("task %s: its citations could not be recorded", task.pk, exc_info=True)
+
     def prepare(
         self, task: Task, *, preferences: InjectionPreferences | None = None
     ) -> ExecutionRequest:
@@ -493,6 +501,8 @@ class Worker:
             return "discarded", "the task was recovered by another worker while it ran"
         if not services.task_finish(task=task, worker_id=self.worker_id, result=result):
             return "discarded", "the task was no longer held by this worker"
+        if result.status == "completed":
+            self.record_citations(task, result)
         return result.status, result.failure_reason
 
     def _execute(self, request: ExecutionRequest) -> tuple[ExecutionResult, bool]:

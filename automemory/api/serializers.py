@@ -18,13 +18,16 @@ from automemory.models import (
     MAX_UNUSED_DAYS,
     MCP_SERVER_NAME_MAX_CHARS,
     MIN_INJECTION_MAX_CHARS,
+    MIN_INJECTION_MAX_CHARS_MESSAGE,
     AutoMemoryLog,
     InjectionRanking,
     Outcome,
     Reason,
+    ReportReason,
     mcp_server_names_problems,
 )
 from controlplane.api.common import RejectUnknownFieldsMixin
+from controlplane.api.serializers import StrictTextField
 from controlplane.limits import text_problem
 
 
@@ -126,6 +129,7 @@ class AutoMemorySettingsSerializer(RejectUnknownFieldsMixin, serializers.Seriali
         required=False,
         min_value=MIN_INJECTION_MAX_CHARS,
         max_value=MAX_INJECTION_MAX_CHARS,
+        error_messages={"min_value": MIN_INJECTION_MAX_CHARS_MESSAGE},
         help_text="The most characters the whole injected block may take (header, delimiters "
         "and memories); memories that do not fit whole are left out.",
     )
@@ -133,7 +137,7 @@ class AutoMemorySettingsSerializer(RejectUnknownFieldsMixin, serializers.Seriali
         required=False,
         min_value=0,
         max_value=MAX_UNUSED_DAYS,
-        help_text="Archive auto memories neither injected nor created in this many days "
+        help_text="Archive auto memories not cited, edited or restored in this many days "
         "(0: never). Archived memories stay visible and can be restored.",
     )
     monthly_memory_budget_usd = StrictDecimalField(
@@ -267,3 +271,76 @@ class AutoMemoryLogSerializer(serializers.ModelSerializer):
             "attempted_at",
             "first_attempt_at",
         ]
+
+
+class ReportInputSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
+    reason = serializers.ChoiceField(
+        choices=ReportReason.choices, help_text="How the memory misled: wrong, outdated, unsafe."
+    )
+    note = StrictTextField(
+        required=False,
+        allow_blank=True,
+        max_length=2000,
+        help_text="What was wrong with it (redacted and cut to 500 characters when stored).",
+    )
+
+
+class ReportSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    memory_id = serializers.IntegerField()
+    task_id = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    note = serializers.CharField()
+    via = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    held = serializers.BooleanField(
+        help_text="The memory is held out of injection and search until a project owner "
+        "reviews it (POST /memories/{id}/approve)."
+    )
+
+
+# The preview reads the prompt and goal from the query string; the ranking reads no more.
+PREVIEW_TEXT_MAX_CHARS = 20_000
+
+
+class PreviewInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    prompt = StrictTextField(max_length=PREVIEW_TEXT_MAX_CHARS, trim_whitespace=False)
+    goal = StrictTextField(
+        max_length=PREVIEW_TEXT_MAX_CHARS, trim_whitespace=False, required=False, allow_blank=True
+    )
+
+
+class PreviewMemorySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    scope = serializers.CharField()
+    rank = serializers.IntegerField(help_text="Its rank within its scope, 1 being the best.")
+    score = serializers.FloatField(
+        allow_null=True,
+        help_text="The full-text ranking score (higher is better; comparable only within one "
+        "preview); null when the memory came in as one of the newest.",
+    )
+
+
+class PreviewLeftOutSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    scope = serializers.CharField()
+    reason = serializers.ChoiceField(
+        choices=["budget", "ranked_below", "reported", "archived", "awaiting_approval"],
+        help_text="budget: no room left in injection_max_chars; ranked_below: beyond its "
+        "scope's limit; reported: held for review after a report; archived: retired by the "
+        "retention rule; awaiting_approval: instruction-like text not yet approved.",
+    )
+
+
+class PreviewSerializer(serializers.Serializer):
+    use_memories = serializers.BooleanField(
+        help_text="Whether a new task of yours gets memories at all (your setting)."
+    )
+    injection_ranking = serializers.CharField()
+    injection_max_chars = serializers.IntegerField()
+    memory_ids = serializers.ListField(
+        child=serializers.IntegerField(), help_text="What the task would receive, in order."
+    )
+    block = serializers.CharField(help_text="The text put in front of its prompt.")
+    memories = PreviewMemorySerializer(many=True)
+    left_out = PreviewLeftOutSerializer(many=True)

@@ -8,7 +8,10 @@ from rest_framework.views import APIView
 
 from automemory import selectors
 from automemory.api import serializers as s
+from automemory.models import FeedbackVia
 from automemory.services.extraction.sweep import SweepBusy, process_auto_memories
+from automemory.services.feedback import memory_report
+from automemory.services.injector import memory_preview
 from automemory.services.preferences import (
     SETTINGS_FIELDS,
     effective_switch,
@@ -17,8 +20,22 @@ from automemory.services.preferences import (
     settings_get,
     settings_update,
 )
-from controlplane.access import CREATE_TASK, READ, task_get_for
-from controlplane.api.common import PAGING, TASK_ID, errors, paginated, validated
+from controlplane.access import (
+    CREATE_TASK,
+    READ,
+    memory_get_for_read,
+    project_get_for,
+    task_get_for,
+)
+from controlplane.api.common import (
+    MEMORY_ID,
+    PAGING,
+    PROJECT_ID,
+    TASK_ID,
+    errors,
+    paginated,
+    validated,
+)
 from controlplane.api.pagination import paginated_response
 
 
@@ -124,3 +141,76 @@ class AutoMemoryLogView(APIView):
             .select_related("task")
         )
         return paginated_response(request, self, queryset, s.AutoMemoryLogSerializer)
+
+
+class MemoryReportView(APIView):
+    """Report a memory that misled: it is held out of injection and search until a project
+    owner reviews it. Anyone who can read the memory may report it."""
+
+    @extend_schema(
+        parameters=[MEMORY_ID],
+        request=s.ReportInputSerializer,
+        responses={201: s.ReportSerializer, **errors(400, 401, 404)},
+    )
+    def post(self, request: Request, memory_id) -> Response:
+        memory = memory_get_for_read(user=request.user, memory_id=memory_id)
+        data = validated(s.ReportInputSerializer, request.data)
+        report = memory_report(
+            memory=memory,
+            reason=data["reason"],
+            note=data.get("note", ""),
+            user=request.user,
+            via=FeedbackVia.PERSON,
+        )
+        body = {
+            "id": report.pk,
+            "memory_id": memory.pk,
+            "task_id": report.task_id,
+            "reason": report.reason,
+            "note": report.note,
+            "via": report.via,
+            "created_at": report.created_at,
+            "held": True,
+        }
+        return Response(s.ReportSerializer(body).data, status=201)
+
+
+class MemoryPreviewView(APIView):
+    """What a new task with this prompt and goal, created by you in the project now, would
+    receive, and what is left out and why. The same code as injection; it writes nothing."""
+
+    @extend_schema(
+        parameters=[PROJECT_ID, s.PreviewInput],
+        responses={200: s.PreviewSerializer, **errors(400, 401, 404)},
+    )
+    def get(self, request: Request, project_id) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=READ)
+        data = validated(s.PreviewInput, request.query_params)
+        plan = memory_preview(
+            user=request.user, project_id=project.pk, prompt=data["prompt"], goal=data.get("goal")
+        )
+        return Response(s.PreviewSerializer(_preview_body(plan)).data)
+
+
+def _preview_body(plan) -> dict:
+    preferences = plan.preferences
+    chosen = {memory_id: index for index, memory_id in enumerate(plan.memory_ids)}
+    planned = sorted(
+        (item for item in plan.candidates if item.memory.pk in chosen),
+        key=lambda item: chosen[item.memory.pk],
+    )
+    return {
+        "use_memories": preferences.use_memories,
+        "injection_ranking": preferences.ranking,
+        "injection_max_chars": preferences.max_chars,
+        "memory_ids": plan.memory_ids,
+        "block": plan.fitted.block if plan.fitted is not None else "",
+        "memories": [
+            {"id": item.memory.pk, "scope": item.scope, "rank": item.rank, "score": item.score}
+            for item in planned
+        ],
+        "left_out": [
+            {"id": left.memory.pk, "scope": left.scope, "reason": left.reason}
+            for left in plan.left_out
+        ],
+    }

@@ -169,7 +169,7 @@ _FIELDS = (
         "max_unused_days",
         "Archive unused memories after (days)",
         INTEGER,
-        "Archive auto memories neither injected nor created in this many days (0: never).",
+        "Archive auto memories not cited, edited or restored in this many days (0: never).",
         "Injection and retention",
         0,
         MAX_UNUSED_DAYS,

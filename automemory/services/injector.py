@@ -2,8 +2,10 @@
 
 The worker calls `inject_memories()` after claiming a task and before executing it. Only the
 in-memory prompt (and goal) the executor receives change; the stored task keeps the text the
-user sent. Which memories go in is the user's `injection_ranking` (the selector ranks them),
-how many is their `injection_max_chars` (`fit_memory_block`). Any failure is logged as a
+user sent. Which memories go in is the user's `injection_ranking` (`automemory.ranking`),
+how many is their `injection_max_chars` (`memory_block.fit_memory_block`): together the
+task's `InjectionPlan`. The preview (`memory_preview`) builds the same plan for a task not
+created yet, and explains what it leaves out. Any failure of an injection is logged as a
 warning and the task runs without memories.
 """
 
@@ -14,38 +16,19 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from automemory import metrics, selectors
+from automemory import metrics, ranking
 from automemory.models import AutoMemorySettings, TaskAutoMemoryFlags
+from automemory.services.memory_block import FittedBlock, fit_memory_block
 from automemory.services.preferences import effective_switch
-from automemory.services.provenance import (
-    FENCE_NOTE,
-    FOOTER,
-    HEADER,
-    INJECTED_EVENT,
-    fence_begin,
-    fence_end,
-    fence_nonce,
-    memory_fingerprint,
-    text_neutralised,
-)
-from controlplane.models import IdentityMemory, Task, TaskKind
+from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint
+from controlplane.models import IdentityMemory, MemoryScope, Task, TaskKind
 from controlplane.rawsql import Scalar, column, db_value, qn, table
 from controlplane.services.audit import audit_record
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "FOOTER",
-    "HEADER",
-    "FittedBlock",
-    "InjectionPreferences",
-    "InjectionResult",
-    "fit_memory_block",
-    "inject_memories",
-    "preferences_from",
-    "preferences_sql",
-    "render_memory_block",
-]
+# How many left-out memories of each scope a preview explains at most.
+PREVIEW_LEFT_OUT_PER_SCOPE = 10
 
 
 @dataclass(frozen=True)
@@ -94,17 +77,16 @@ def inject_memories(
             preferences = _preferences(task)
         if not preferences.use_memories:
             return unchanged
-        user_candidates, project_candidates = selectors.memories_for_injection(
+        plan = injection_plan(
             user_id=task.user_id,
             project_id=task.project_id,
-            ranking=preferences.ranking,
-            query_text=f"{goal or ''}\n{prompt}",
+            prompt=prompt,
+            goal=goal,
+            preferences=preferences,
         )
-        if not user_candidates and not project_candidates:
+        fitted = plan.fitted
+        if fitted is None:
             return unchanged
-        fitted = fit_memory_block(
-            user_candidates, project_candidates, max_chars=preferences.max_chars
-        )
         if not fitted.memory_ids:
             logger.info(
                 "task %s gets no memories: none fits injection_max_chars=%s",
@@ -131,86 +113,159 @@ def inject_memories(
         return unchanged
 
 
-@dataclass(frozen=True)
-class FittedBlock:
-    """The block to prepend, the memories in it, and the candidates it had no room for."""
+class LeftOutReason:
+    BUDGET = "budget"
+    RANKED_BELOW = "ranked_below"
+    REPORTED = "reported"
+    ARCHIVED = "archived"
+    AWAITING_APPROVAL = "awaiting_approval"
 
-    block: str
-    user_memories: list[IdentityMemory]
-    project_memories: list[IdentityMemory]
-    left_out_for_budget: list[int]
+
+@dataclass(frozen=True)
+class PlannedMemory:
+    """A memory the plan offers the block: its scope, its rank in that scope (1 is best) and
+    its ranking score (higher is better; None when it came in as one of the newest)."""
+
+    memory: IdentityMemory
+    scope: str
+    rank: int
+    score: float | None
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A memory a task would not receive, and why."""
+
+    memory: IdentityMemory
+    scope: str
+    reason: str
+
+
+@dataclass
+class InjectionPlan:
+    """What a task's first turn receives: the block (`fitted`, None when there was no
+    candidate), the candidates in rank order, and, when explained, what was left out."""
+
+    preferences: InjectionPreferences
+    fitted: FittedBlock | None
+    candidates: list[PlannedMemory] = field(default_factory=list)
+    left_out: list[LeftOut] = field(default_factory=list)
 
     @property
     def memory_ids(self) -> list[int]:
-        return [m.pk for m in self.user_memories + self.project_memories]
+        return self.fitted.memory_ids if self.fitted is not None else []
 
 
-def fit_memory_block(
-    user_candidates: list[IdentityMemory],
-    project_candidates: list[IdentityMemory],
+def injection_plan(
     *,
-    max_chars: int,
-    nonce: str | None = None,
-) -> FittedBlock:
-    """The largest block within `max_chars` that takes the candidates in rank order.
+    user_id: int,
+    project_id: int,
+    prompt: str,
+    goal: str | None,
+    preferences: InjectionPreferences,
+    explain: bool = False,
+) -> InjectionPlan:
+    """The memories a first turn with this prompt and goal receives, fitted into the block.
 
-    The budget covers the whole block (header, markers, labels, memories). Candidates are
-    offered alternately by rank (user 1st, project 1st, user 2nd, ...) so neither scope
-    starves the other; one that does not fit whole is skipped, never cut, and a later
-    smaller one may still fit. When not even one fits, the block is empty.
+    The one path of injection and of the preview: the ranked candidates of each scope
+    (`ranking.memories_for_injection`), then the block that fits `injection_max_chars`.
+    With `explain`, also what was left out and why: for the budget, ranked below a scope's
+    limit, reported, archived or awaiting approval (two more queries, never run by an
+    injection).
     """
-    nonce = nonce or fence_nonce()
-    chosen: dict[str, list[IdentityMemory]] = {"user": [], "project": []}
-    left_out: list[int] = []
-    block = ""
-    for scope, memory in _alternating(user_candidates, project_candidates):
-        chosen[scope].append(memory)
-        attempt = render_memory_block(chosen["user"], chosen["project"], nonce=nonce)
-        if len(attempt) <= max_chars:
-            block = attempt
-        else:
-            chosen[scope].pop()
-            left_out.append(memory.pk)
-    return FittedBlock(
-        block=block,
-        user_memories=chosen["user"],
-        project_memories=chosen["project"],
-        left_out_for_budget=left_out,
+    query_text = f"{goal or ''}\n{prompt}"
+    user_candidates, project_candidates = ranking.memories_for_injection(
+        user_id=user_id, project_id=project_id, ranking=preferences.ranking, query_text=query_text
+    )
+    candidates = [
+        PlannedMemory(memory, scope, rank, _score(memory))
+        for scope, memories in (
+            (MemoryScope.USER, user_candidates),
+            (MemoryScope.PROJECT, project_candidates),
+        )
+        for rank, memory in enumerate(memories, start=1)
+    ]
+    fitted = None
+    if candidates:
+        fitted = fit_memory_block(
+            user_candidates, project_candidates, max_chars=preferences.max_chars
+        )
+    plan = InjectionPlan(preferences=preferences, fitted=fitted, candidates=candidates)
+    if explain:
+        plan.left_out = _left_out(plan, user_id=user_id, project_id=project_id, query=query_text)
+    return plan
+
+
+def _score(memory: IdentityMemory) -> float | None:
+    score = getattr(memory, "match_score", None)
+    return None if score is None else round(-float(score), 6)
+
+
+def _left_out(plan: InjectionPlan, *, user_id: int, project_id: int, query: str) -> list[LeftOut]:
+    """Why the memories a task would not receive are left out: the plan's candidates the
+    budget had no room for, the receivable ones ranked below each scope's limit, and the
+    best-ranked of those held or archived."""
+    chosen = set(plan.memory_ids)
+    left = [
+        LeftOut(item.memory, item.scope, LeftOutReason.BUDGET)
+        for item in plan.candidates
+        if item.memory.pk not in chosen
+    ]
+    limits = ranking.injection_limits()
+    extra = PREVIEW_LEFT_OUT_PER_SCOPE
+    common = {
+        "user_id": user_id,
+        "project_id": project_id,
+        "ranking": plan.preferences.ranking,
+        "query_text": query,
+    }
+    deeper = ranking.ranked_by_scope(
+        **common, limits={scope: limit + extra for scope, limit in limits.items()}
+    )
+    for scope, memories in deeper.items():
+        left += [LeftOut(m, scope, LeftOutReason.RANKED_BELOW) for m in memories[limits[scope] :]]
+    withheld = ranking.ranked_by_scope(
+        **common, limits=dict.fromkeys(limits, extra), condition=ranking.WITHHELD
+    )
+    for scope, memories in withheld.items():
+        left += [LeftOut(m, scope, _withheld_reason(m)) for m in memories]
+    return left
+
+
+def _withheld_reason(memory: IdentityMemory) -> str:
+    if memory.status == "archived":
+        return LeftOutReason.ARCHIVED
+    if memory.report_hold_at is not None:
+        return LeftOutReason.REPORTED
+    return LeftOutReason.AWAITING_APPROVAL
+
+
+def user_preferences(*, user_id: int) -> InjectionPreferences:
+    """What a new task of the user would get (no task flag yet): the user's settings."""
+    row = AutoMemorySettings.objects.filter(user_id=user_id).first() or AutoMemorySettings()
+    return InjectionPreferences(
+        use_memories=row.use_memories,
+        ranking=row.injection_ranking,
+        max_chars=row.injection_max_chars,
     )
 
 
-def render_memory_block(
-    user_memories: list[IdentityMemory],
-    project_memories: list[IdentityMemory],
-    *,
-    nonce: str | None = None,
-) -> str:
-    """The header, the fenced memories (user ones first, one bullet each), the task heading.
-
-    The fence's markers carry a random nonce the memories cannot know, and memory text is
-    neutralised (no marker lines, no headings, no line of its own), so nothing inside can
-    end the block early or pose as the task.
-    """
-    nonce = nonce or fence_nonce()
-    lines = [HEADER, FENCE_NOTE, fence_begin(nonce)]
-    for label, memories in (("About you", user_memories), ("About this project", project_memories)):
-        if not memories:
-            continue
-        lines.append(f"{label}:")
-        lines.extend(f"- {memory_text_fenced(memory.content)}" for memory in memories)
-    lines.extend([fence_end(nonce), "", FOOTER])
-    return "\n".join(lines)
-
-
-def memory_text_fenced(content: str) -> str:
-    """A memory's text as it sits in the block: inert, every line indented under its bullet.
-
-    Any line break (CR, CRLF, form feed, Unicode line and paragraph separators...) becomes
-    a newline followed by the indent, so no memory line can start a line of the block, and
-    marker lines and headings are neutralised.
-    """
-    lines = content.strip().splitlines() or [""]
-    return "\n  ".join(text_neutralised(line) for line in lines)
+def memory_preview(*, user, project_id: int, prompt: str, goal: str | None) -> InjectionPlan:
+    """What a new task with this prompt and goal, created by `user` in the project now,
+    would receive, with what is left out and why: `injection_plan` as injection runs it,
+    explained. Nothing when the user's `use_memories` is off. It writes nothing. The caller
+    has checked the user is a member."""
+    preferences = user_preferences(user_id=user.pk)
+    if not preferences.use_memories:
+        return InjectionPlan(preferences=preferences, fitted=None)
+    return injection_plan(
+        user_id=user.pk,
+        project_id=project_id,
+        prompt=prompt,
+        goal=goal,
+        preferences=preferences,
+        explain=True,
+    )
 
 
 def _is_first_fresh_turn(task: Task) -> bool:
@@ -317,15 +372,3 @@ def _injection_record(*, task: Task, fitted: FittedBlock, actor_label: str) -> N
         IdentityMemory.objects.filter(pk__in=memory_ids).update(
             injection_count=F("injection_count") + 1, last_injected_at=timezone.now()
         )
-
-
-def _alternating(
-    user_memories: list[IdentityMemory], project_memories: list[IdentityMemory]
-) -> list[tuple[str, IdentityMemory]]:
-    order = []
-    for rank in range(max(len(user_memories), len(project_memories))):
-        if rank < len(user_memories):
-            order.append(("user", user_memories[rank]))
-        if rank < len(project_memories):
-            order.append(("project", project_memories[rank]))
-    return order

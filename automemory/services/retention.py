@@ -2,11 +2,12 @@
 
 Memories belong to projects while the setting belongs to a user, so the setting of the user
 whose task an auto memory was extracted from governs it (its source task's user, stored as
-the memory's `created_by` when it is written). A memory is unused when it was neither
-injected nor written (created, edited by hand, merged into by consolidation, approved or
+the memory's `created_by` when it is written). A memory is unused when no task cited it and
+nobody wrote it (created, edited by hand, merged into by consolidation, approved or
 restored) in that many days: `memory_last_used()`, the later of `updated_at` and
-`last_injected_at`. Restoring a memory thus restarts its clock instead of having the next
-pass archive it again. Manual memories are never archived.
+`last_cited_at`. Being injected is not use: a memory put in front of every task that no
+task cites ages out like one never injected. Restoring a memory restarts its clock instead
+of having the next pass archive it again. Manual memories are never archived.
 
 Archived memories get status `archived` and `archived_at`, stay listed and can be restored
 (`POST /memories/{id}/restore`, the admin's restore action). Each one is logged (logger and a
@@ -81,7 +82,7 @@ def memories_archive_unused(
     At most `batch` memories per pass (`more` says when some were left for the next one);
     `user` limits the pass to one user's setting and memories. Each user's memories are
     archived in their own transaction, re-checking the condition in the update, so a memory
-    injected or restored meanwhile stays active; rows another pass holds are skipped.
+    cited or restored meanwhile stays active; rows another pass holds are skipped.
     """
     batch = retention_batch_size() if batch is None else batch
     summary = RetentionSummary()
@@ -129,7 +130,7 @@ def _archive_for_user(
     if not candidate_ids:
         return []
     with transaction.atomic():
-        # Locked and read again: a memory injected or restored since the read is not stale.
+        # Locked and read again: a memory cited or restored since the read is not stale.
         candidates = list(
             stale.filter(pk__in=candidate_ids)
             .select_for_update(skip_locked=True)

@@ -3,7 +3,7 @@
 import pytest
 from django.core.management import call_command
 
-from automemory.services.injector import HEADER
+from automemory.services.provenance import HEADER
 from controlplane.models import IdentityMemory
 
 SECRET = "sk-proj-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe"

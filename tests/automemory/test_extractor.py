@@ -579,7 +579,7 @@ def test_sweep_queries_do_not_grow_with_candidates(task_factory, project, alice,
 
 
 def test_an_echoed_memory_block_is_not_remembered_again(task_factory, project, alice, on):
-    from automemory.services.injector import render_memory_block
+    from automemory.services.memory_block import render_memory_block
 
     old = IdentityMemory.objects.create(scope="project", project=project, content="OLD FACT")
     echoed = render_memory_block([], [old]) + "\n\nShip it\n" + "Shipped the release. " * 20

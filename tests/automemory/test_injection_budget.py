@@ -10,14 +10,9 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from automemory.models import MIN_INJECTION_MAX_CHARS
-from automemory.services.injector import (
-    FOOTER,
-    HEADER,
-    fit_memory_block,
-    inject_memories,
-    render_memory_block,
-)
-from automemory.services.provenance import fence_begin, fence_end
+from automemory.services.injector import inject_memories
+from automemory.services.memory_block import fit_memory_block, render_memory_block
+from automemory.services.provenance import FOOTER, HEADER, fence_begin, fence_end
 from controlplane.models import AuditEvent, IdentityMemory, Task
 
 NONCE = "0123456789abcdef"
@@ -143,7 +138,7 @@ def run(task, **kwargs):
     return inject_memories(task=task, prompt=task.prompt, goal=task.goal, **kwargs)
 
 
-@pytest.mark.parametrize("budget", [200, 300, 600, 1000, 2000, 10_000])
+@pytest.mark.parametrize("budget", [600, 700, 1000, 2000, 10_000])
 def test_injection_respects_the_users_budget(task, alice, project, auto_memory_on, budget):
     auto_memory_on(alice, injection_max_chars=budget)
     for i, text in enumerate(ADVERSARIAL_TEXTS[:10]):
@@ -245,3 +240,29 @@ def test_a_failed_write_leaves_nothing_half_done(task, alice, project, auto_memo
     assert Task.objects.get(pk=task.pk).injected_memory_ids == []
     remembered.refresh_from_db()
     assert remembered.injection_count == 0 and remembered.last_injected_at is None
+
+
+def test_the_smallest_budget_injects_one_short_memory_whole(
+    project, alice, task_factory, auto_memory_on
+):
+    auto_memory_on(alice, injection_max_chars=MIN_INJECTION_MAX_CHARS)
+    short = IdentityMemory.objects.create(
+        scope="project", project=project, content="y" * 100, created_by=alice
+    )
+    task = task_factory(project, alice, prompt="Do it")
+
+    result = inject_memories(task=task, prompt=task.prompt, goal=None)
+
+    assert result.memory_ids == [short.pk]
+    assert "y" * 100 in result.prompt
+    block = result.prompt.removesuffix("\n\nDo it")
+    assert len(block) <= MIN_INJECTION_MAX_CHARS
+
+
+def test_a_budget_below_the_minimum_is_refused_saying_why(api_client_for, alice):
+    response = api_client_for(alice).patch(
+        "/users/me/auto-memory-settings", {"injection_max_chars": 599}, format="json"
+    )
+    assert response.status_code == 400
+    [message] = response.json()["injection_max_chars"]
+    assert "600" in message and "one short memory" in message

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory import selectors
+from automemory import ranking
 from automemory.services.injector import inject_memories
 from automemory.services.search import query_terms
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, MemoryStatus, Task
@@ -192,7 +192,9 @@ def test_superseded_archived_and_unapproved_memories_are_not_injected(
     flagged_manual = memory(project=project, content=DEPLOY, flagged=True)
     task = task_factory(project, alice, prompt="deploy release")
     ids = run(task).memory_ids
-    assert sorted(ids) == sorted([active.pk, approved.pk, flagged_manual.pk])
+    # A flagged memory is held whoever wrote it, until approved.
+    assert sorted(ids) == sorted([active.pk, approved.pk])
+    assert flagged_manual.pk not in ids
     assert awaiting.pk not in ids
 
 
@@ -204,35 +206,35 @@ def test_the_index_follows_edits_and_deletes(task_factory, project, alice, relev
 
     IdentityMemory.objects.filter(pk=edited.pk).update(content="Deploy with the boat script.")
     deleted.delete()
-    assert selectors.memories_matching(
+    assert ranking.memories_matching(
         text="rocket deploy", scope="project", project_id=project.pk, limit=5
     ) == [edited]
     assert (
-        selectors.memories_matching(text="colours", scope="project", project_id=project.pk, limit=5)
+        ranking.memories_matching(text="colours", scope="project", project_id=project.pk, limit=5)
         == []
     )
     edited.refresh_from_db()
     edited.content = "Now about the harbour."
     edited.save()
-    assert selectors.memories_matching(
+    assert ranking.memories_matching(
         text="harbour", scope="project", project_id=project.pk, limit=5
     ) == [edited]
     assert (
-        selectors.memories_matching(text="boat", scope="project", project_id=project.pk, limit=5)
+        ranking.memories_matching(text="boat", scope="project", project_id=project.pk, limit=5)
         == []
     )
 
 
 def test_a_superseded_memory_leaves_the_search(project):
     old = memory(project=project, content=DEPLOY)
-    assert selectors.memories_matching(
+    assert ranking.memories_matching(
         text="deploy", scope="project", project_id=project.pk, limit=5
     ) == [old]
     newer = memory(project=project, content=DEPLOY + " Also tag the image.")
     IdentityMemory.objects.filter(pk=old.pk).update(
         status=MemoryStatus.SUPERSEDED, superseded_by=newer
     )
-    assert selectors.memories_matching(
+    assert ranking.memories_matching(
         text="deploy", scope="project", project_id=project.pk, limit=5
     ) == [newer]
 
@@ -242,19 +244,19 @@ def test_memories_matching_filters_and_excludes(project, alice, bob):
     b = memory(project=project, content="Deploy on Mondays and Tuesdays, deploy again.")
     mine = memory(user=alice, content="I deploy from my laptop.")
     memory(user=bob, content="I deploy from my desktop.")
-    found = selectors.memories_matching(
+    found = ranking.memories_matching(
         text="deploy", scope="project", project_id=project.pk, limit=5
     )
     assert {m.pk for m in found} == {a.pk, b.pk}
     assert all(isinstance(m.match_score, float) for m in found)
-    assert selectors.memories_matching(
+    assert ranking.memories_matching(
         text="deploy", scope="project", project_id=project.pk, limit=5, exclude_ids=[b.pk]
     ) == [a]
-    assert selectors.memories_matching(text="deploy", scope="user", user_id=alice.pk, limit=5) == [
+    assert ranking.memories_matching(text="deploy", scope="user", user_id=alice.pk, limit=5) == [
         mine
     ]
-    assert len(selectors.memories_matching(text="deploy", scope="project", limit=1)) == 1
-    assert selectors.memories_matching(text="the and of", scope="project", limit=5) == []
+    assert len(ranking.memories_matching(text="deploy", scope="project", limit=1)) == 1
+    assert ranking.memories_matching(text="the and of", scope="project", limit=5) == []
 
 
 ADVERSARIAL_PROMPTS = [
@@ -289,9 +291,7 @@ def test_adversarial_prompts_never_break_the_search(task_factory, project, alice
     # Injection went through (the only memory fills the free slot even without a match).
     assert result.memory_ids == [deploy.pk]
     assert Task.objects.get(pk=task.pk).injected_memory_ids == [deploy.pk]
-    found = selectors.memories_matching(
-        text=prompt, scope="project", project_id=project.pk, limit=5
-    )
+    found = ranking.memories_matching(text=prompt, scope="project", project_id=project.pk, limit=5)
     assert found in ([], [deploy])
 
 
@@ -340,13 +340,13 @@ def test_the_search_survives_a_sqlite_table_rebuild(project):
         editor._remake_table(IdentityMemory)
     call_command("migrate", verbosity=0)  # post_migrate puts the triggers back
     after = memory(project=project, content="Deploy with the boat script.")
-    found = selectors.memories_matching(
+    found = ranking.memories_matching(
         text="deploy", scope="project", project_id=project.pk, limit=5
     )
     assert {m.pk for m in found} == {before.pk, after.pk}
     IdentityMemory.objects.filter(pk=after.pk).update(content="Now about the harbour.")
     assert (
-        selectors.memories_matching(text="boat", scope="project", project_id=project.pk, limit=5)
+        ranking.memories_matching(text="boat", scope="project", project_id=project.pk, limit=5)
         == []
     )
 

@@ -12,7 +12,8 @@ import pytest
 
 from automemory.models import AutoMemoryLog
 from automemory.services.extraction.sweep import process_auto_memories
-from automemory.services.injector import inject_memories, render_memory_block
+from automemory.services.injector import inject_memories
+from automemory.services.memory_block import render_memory_block
 from automemory.services.provenance import (
     fence_begin,
     fence_end,

@@ -75,13 +75,14 @@ def test_off_by_default_nothing_is_archived(project, alice, auto_memory):
     assert _status(memory) == MemoryStatus.ACTIVE
 
 
-def test_archives_auto_memories_neither_injected_nor_written_within_the_days(
+def test_archives_auto_memories_neither_cited_nor_written_within_the_days(
     project, alice, auto_memory, retention_days
 ):
     retention_days(alice, 30)
     with freeze_time(START) as clock:
         stale = auto_memory(project, alice)
         injected_lately = auto_memory(project, alice)
+        cited_lately = auto_memory(project, alice)
         manual = IdentityMemory.objects.create(
             scope=MemoryScope.PROJECT,
             project=project,
@@ -95,20 +96,25 @@ def test_archives_auto_memories_neither_injected_nor_written_within_the_days(
         IdentityMemory.objects.filter(pk=injected_lately.pk).update(
             injection_count=3, last_injected_at=timezone.now()
         )
+        IdentityMemory.objects.filter(pk=cited_lately.pk).update(
+            cite_count=1, last_cited_at=timezone.now()
+        )
         clock.tick(timedelta(days=5, seconds=1))  # 30 days and a second after START
         summary = memories_archive_unused(now=timezone.now())
         archived_at = timezone.now()
 
-    assert summary.archived_ids == [stale.pk]
+    # Injected is not used: only a citation (or a write) keeps a memory.
+    assert sorted(summary.archived_ids) == sorted([stale.pk, injected_lately.pk])
     assert summary.as_dict() == {
         "users": 1,
-        "archived": 1,
-        "archived_ids": [stale.pk],
+        "archived": 2,
+        "archived_ids": summary.archived_ids,
         "more": False,
     }
     stale.refresh_from_db()
     assert stale.status == MemoryStatus.ARCHIVED and stale.archived_at == archived_at
-    assert _status(injected_lately) == MemoryStatus.ACTIVE
+    assert _status(injected_lately) == MemoryStatus.ARCHIVED
+    assert _status(cited_lately) == MemoryStatus.ACTIVE
     assert _status(young) == MemoryStatus.ACTIVE
     assert _status(manual) == MemoryStatus.ACTIVE  # manual memories are never archived
     assert _status(superseded) == MemoryStatus.SUPERSEDED

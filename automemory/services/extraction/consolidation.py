@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from automemory import conf
-from automemory.selectors import memories_matching
+from automemory.ranking import memories_matching
 from automemory.services.extraction.candidates import Candidate
 from automemory.services.extraction.privacy import private_content_check
 from automemory.services.extraction.writing import ACTIONS, Action, Decision
