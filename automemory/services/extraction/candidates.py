@@ -86,6 +86,12 @@ class Candidate:
     private: PrivateTexts | None = None
 
     @property
+    def may_have_draft(self) -> bool:
+        """Whether a paid draft may be stored for the task: one was read, or the user's
+        extraction model may write one this sweep."""
+        return self.kept_draft is not None or bool((self.prefs.extract_model or "").strip())
+
+    @property
     def extracted_before(self) -> bool:
         """Extracted by an earlier sweep and completed again since: only its external
         context is checked (a memory whose task saw some later is retracted)."""

@@ -8,7 +8,16 @@ to its lease, and moves only under that lease: a sweeper that lost its lease can
 import uuid
 from datetime import datetime, timedelta
 
-from django.db.models import Q, QuerySet
+from django.db.models import (
+    BigIntegerField,
+    Case,
+    DateTimeField,
+    F,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
 from django.utils import timezone
 
 from automemory.models import SweepState
@@ -57,8 +66,9 @@ def cursor_advance(
     The read covered every task up to `read_at - margin` (those it did not return were
     extracted, unchanged stable skips or the retry set's: a change bumps them past the
     cursor), or, when it stopped at its limit, up to `stopped_at`. It never passes `hold`
-    (just before the first task of the read left for a later sweep). One statement,
-    conditional on the lease token: False when this sweeper no longer holds the lease.
+    (just before the first task of the read left for a later sweep), and never moves back.
+    One statement, conditional on the lease token: False when this sweeper no longer holds
+    the lease.
     """
     point = (read_at - CURSOR_SAFETY_MARGIN, 0)
     if stopped_at is not None:
@@ -66,9 +76,22 @@ def cursor_advance(
     if hold is not None:
         point = min(point, hold)
     updated_at, task_id = point
-    return (
-        SweepState.objects.filter(name=name, lease_token=token).update(
-            cursor_updated_at=updated_at, cursor_task_id=task_id, last_sweep_at=timezone.now()
-        )
-        == 1
+    behind = (
+        Q(cursor_updated_at__isnull=True)
+        | Q(cursor_updated_at__lt=updated_at)
+        | Q(cursor_updated_at=updated_at, cursor_task_id__lt=task_id)
     )
+    # Never back: a cursor set further by hand (or by a holder whose read covered more)
+    # stays where it is.
+    moved = SweepState.objects.filter(name=name, lease_token=token).update(
+        cursor_updated_at=Case(
+            When(behind, then=Value(updated_at, output_field=DateTimeField())),
+            default=F("cursor_updated_at"),
+        ),
+        cursor_task_id=Case(
+            When(behind, then=Value(task_id, output_field=BigIntegerField())),
+            default=F("cursor_task_id"),
+        ),
+        last_sweep_at=timezone.now(),
+    )
+    return moved == 1

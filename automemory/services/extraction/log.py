@@ -85,10 +85,14 @@ def log_row_write(
 
 
 def log_rows_write(
-    answered: Sequence[tuple[Task, Verdict, AutoMemoryLog | None]], *, now: datetime, force: bool
+    answered: Sequence[tuple[Task, Verdict, AutoMemoryLog | None]],
+    *,
+    now: datetime,
+    force: bool,
+    with_drafts: set[int] = frozenset(),
 ) -> None:
     """One upsert for a batch's verdicts not written with a memory; the kept drafts of the
-    tasks settled for good are forgotten.
+    tasks settled for good are forgotten (among `with_drafts`, those that may have one).
 
     An `extracted` row is never overwritten by a skip or an error, and a task whose memory
     another sweep wrote (a race lost here) keeps that sweep's row: this one is written only
@@ -116,7 +120,9 @@ def log_rows_write(
     ]
     if rows:
         _upsert(rows)
-    drafts_discard(task.pk for task, verdict, _ in answered if _settled(verdict))
+    drafts_discard(
+        task.pk for task, verdict, _ in answered if task.pk in with_drafts and _settled(verdict)
+    )
 
 
 def _settled(verdict: Verdict) -> bool:

@@ -261,7 +261,8 @@ def _process(
     summary.model_calls += calls.used
 
     answered = [(c.task, verdicts[c.task.pk], c.log) for c in fresh if c.task.pk in verdicts]
-    log_rows_write(answered, now=now, force=force)
+    with_drafts = {c.task.pk for c in fresh if c.may_have_draft}
+    log_rows_write(answered, now=now, force=force, with_drafts=with_drafts)
     for _, verdict, _ in answered:
         summary.count(verdict)
     metrics.extractions_observe(
@@ -305,6 +306,7 @@ def _extract(
             previous_log=candidate.log,
             now=now,
             force=force,
+            discard_draft=candidate.may_have_draft,
         )
     except ModelCallCapReached:
         return None

@@ -95,10 +95,11 @@ def extraction_write(
     previous_log: AutoMemoryLog | None,
     now: datetime,
     force: bool,
+    discard_draft: bool = True,
     attempts: int = 3,
 ) -> Verdict:
     """Write the task's memory as `decision` says, with its log row, in one transaction, and
-    forget its kept draft; return the verdict (already logged).
+    forget its kept draft (`discard_draft`: it may have one); return the verdict (logged).
 
     Raises `AlreadyExtracted` when another writer won the one-memory-per-task race; retries
     a lost one-active-per-goal race. `note` goes in front of the log detail.
@@ -119,7 +120,8 @@ def extraction_write(
                     logged=True,
                 )
                 log_row_write(task, verdict, previous_log, now=now, force=force)
-                drafts_discard([task.pk])
+                if discard_draft:
+                    drafts_discard([task.pk])
                 return verdict
         except IntegrityError:
             _raise_if_written_elsewhere(task)
