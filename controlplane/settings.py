@@ -8,6 +8,7 @@ import ipaddress
 import re
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -243,6 +244,44 @@ WORKER_CODEX_PRICES = env.json(
 )
 # A round runs at most this many tasks before the end-of-round hook (the memory sweep).
 WORKER_ROUND_MAX_TASKS = env.int("WORKER_ROUND_MAX_TASKS", default=20)
+
+# Codex session records (docs/worker.md, "Threads on any worker"): after every codex run the
+# thread's rollout files are stored centrally, and restored by a worker that resumes the thread
+# without them. `database` (default) keeps them in the database; an S3 URL,
+# s3://BUCKET[/PREFIX][?endpoint_url=URL&region_name=R&addressing_style=path], keeps them in
+# object storage through django-storages (credentials: the usual AWS_* variables or role).
+WORKER_CODEX_SESSION_STORAGE = env.str("WORKER_CODEX_SESSION_STORAGE", default="database")
+# A thread whose session files (uncompressed) are larger is recorded without its bytes: its
+# resume on another worker then fails, saying so.
+WORKER_CODEX_SESSION_MAX_BYTES = env.int("WORKER_CODEX_SESSION_MAX_BYTES", default=256 * 2**20)
+# How long a store the database refused is retried before the run's finish goes ahead.
+WORKER_CODEX_SESSION_STORE_RETRY_SECONDS = env.float(
+    "WORKER_CODEX_SESSION_STORE_RETRY_SECONDS", default=60.0
+)
+
+
+def object_storage_settings(url: str) -> dict:
+    """STORAGES entry for an `s3://bucket/prefix?option=value` URL (django-storages' S3)."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise ImproperlyConfigured(
+            f"WORKER_CODEX_SESSION_STORAGE must be 'database' or s3://BUCKET[/PREFIX], not {url!r}"
+        )
+    options = {"bucket_name": parts.netloc, "location": parts.path.strip("/")}
+    allowed = {"endpoint_url", "region_name", "addressing_style", "signature_version"}
+    for name, value in parse_qsl(parts.query):
+        if name not in allowed:
+            raise ImproperlyConfigured(
+                f"WORKER_CODEX_SESSION_STORAGE: unknown option {name!r} "
+                f"(known: {', '.join(sorted(allowed))})"
+            )
+        options[name] = value
+    options.update(file_overwrite=True, default_acl=None, querystring_auth=False)
+    return {"BACKEND": "storages.backends.s3.S3Storage", "OPTIONS": options}
+
+
+if WORKER_CODEX_SESSION_STORAGE != "database":
+    STORAGES["codex_sessions"] = object_storage_settings(WORKER_CODEX_SESSION_STORAGE)
 
 # --- Health and metrics (docs/operations.md) ------------------------------------------------
 # /healthz and /readyz are always on. /metrics answers 404 unless METRICS_ENABLED; then only

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from worker.models import TaskRun, WorkerProcess
+from worker.models import CodexSession, TaskRun, WorkerProcess
 
 
 @admin.register(WorkerProcess)
@@ -38,6 +38,33 @@ class TaskRunAdmin(admin.ModelAdmin):
     list_filter = ["outcome", "executor"]
     search_fields = ["worker_id", "=task__id"]
     raw_id_fields = ["task"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(CodexSession)
+class CodexSessionAdmin(admin.ModelAdmin):
+    """Stored codex session records: read-only; deleting one makes its thread resumable only
+    where a local copy is (docs/worker.md)."""
+
+    list_display = [
+        "thread_id",
+        "task",
+        "turn",
+        "storage",
+        "size",
+        "stored_size",
+        "error",
+        "updated_at",
+    ]
+    list_filter = ["storage"]
+    search_fields = ["thread_id", "=task__id"]
+    raw_id_fields = ["task"]
+    exclude = ["data"]
 
     def has_add_permission(self, request):
         return False

@@ -41,6 +41,7 @@ from controlplane.models import Task
 from worker import services
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
 from worker.executors.base import TokenUsage
+from worker.session_records import SessionKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -513,7 +514,13 @@ class Worker:
                 worker_id=self.worker_id,
                 thread_id=thread_id,
                 claimed_at=claimed_at,
-            )
+            ),
+            sessions=SessionKeeper(
+                task_id=request.task_id,
+                worker_id=self.worker_id,
+                turn=request.turn,
+                claimed_at=claimed_at,
+            ),
         )
         self._control = control
         try:

@@ -5,7 +5,7 @@ has no HTTP server: run it with the same `PROMETHEUS_MULTIPROC_DIR` as the API p
 its host and their `/metrics` includes its counters (docs/operations.md).
 """
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 task_claims = Counter(
     "worker_task_claims",
@@ -29,4 +29,22 @@ task_recoveries = Counter(
 quota_refusals = Counter(
     "worker_quota_refusals",
     "Claimed tasks failed without running because their user's monthly quota was used up.",
+)
+session_stores = Counter(
+    "worker_codex_session_stores",
+    "Codex session records stored after a run, by outcome (stored; not_held: recorded without "
+    "its bytes, too large or object storage failed; not_owner; no_files; failed).",
+    ["outcome"],
+)
+session_restores = Counter(
+    "worker_codex_session_restores",
+    "Codex session records looked up before a resume, by outcome (current: the local copy was "
+    "it; restored; local_only: none stored; absent: none anywhere; failed).",
+    ["outcome"],
+)
+session_seconds = Histogram(
+    "worker_codex_session_seconds",
+    "Time to store a codex session record after a run, or to restore one before a resume.",
+    ["operation"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )

@@ -71,3 +71,64 @@ class TaskRun(models.Model):
 
     def __str__(self) -> str:
         return f"run of task {self.task_id} turn {self.turn} ({self.outcome})"
+
+
+class SessionStorage(models.TextChoices):
+    DATABASE = "database", "Database"
+    OBJECT = "object", "Object storage"
+
+
+class CodexSession(models.Model):
+    """The codex CLI's session record of one agent thread, kept centrally after every turn.
+
+    The rollout files the CLI wrote for the thread, as one gzip-compressed tar (see
+    `worker.executors.codex_sessions`), held in `data` or in object storage under
+    `object_name`. Any worker that resumes the thread restores it into its own `CODEX_HOME`.
+    `sha256` and `size` describe the thread's latest files, also when they could not be held
+    (too large, storage unreachable): `stored_size` is then null and `error` says why, so a
+    resume elsewhere fails with that reason rather than continuing from an older state.
+    """
+
+    thread_id = models.CharField(max_length=200, unique=True)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="codex_sessions")
+    turn = models.PositiveIntegerField(help_text="The task turn whose end this record holds.")
+    sha256 = models.CharField(max_length=64, help_text="SHA-256 of the uncompressed archive.")
+    size = models.PositiveBigIntegerField(help_text="Bytes of the uncompressed archive.")
+    file_count = models.PositiveIntegerField()
+    storage = models.CharField(max_length=16, choices=SessionStorage.choices)
+    stored_size = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Bytes held (compressed); empty when not held."
+    )
+    data = models.BinaryField(null=True, blank=True, editable=False)
+    object_name = models.CharField(max_length=400, blank=True, default="")
+    error = models.TextField(blank=True, default="", help_text="Why the latest files are not held.")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "worker_codex_sessions"
+        ordering = ["-updated_at", "-id"]
+        indexes = [models.Index(fields=["updated_at"], name="codexsession_updated_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(storage__in=[s.value for s in SessionStorage]),
+                name="codexsession_storage_valid",
+            ),
+            # Held (a size, no error) or not held (no size, an error saying why).
+            models.CheckConstraint(
+                condition=(Q(stored_size__isnull=False) & Q(error=""))
+                | (Q(stored_size__isnull=True) & ~Q(error="")),
+                name="codexsession_held_or_error",
+            ),
+            # Held in the database: the bytes are in `data`; in object storage: a name; not
+            # held: neither.
+            models.CheckConstraint(
+                condition=Q(stored_size__isnull=True, data__isnull=True, object_name="")
+                | Q(storage=SessionStorage.DATABASE, data__isnull=False, object_name="")
+                | Q(storage=SessionStorage.OBJECT, data__isnull=True) & ~Q(object_name=""),
+                name="codexsession_payload_where_stored",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"codex session {self.thread_id} (task {self.task_id} turn {self.turn})"

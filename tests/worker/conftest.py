@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import quote
 
 import pytest
@@ -300,3 +301,43 @@ def queued_task(task_factory):
         return task
 
     return make
+
+
+# --- Object storage for codex session records -------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (moto's server mode) on 127.0.0.1 for the whole session."""
+    from tests.worker.s3_server import S3Server
+
+    with S3Server(tmp_path_factory.mktemp("s3") / "s3-server.log") as server:
+        yield server
+
+
+@pytest.fixture
+def session_bucket(s3_server, settings, monkeypatch):
+    """Codex session records go to a new bucket of `s3_server` (WORKER_CODEX_SESSION_STORAGE).
+
+    Returns a boto3 client of the bucket's server and the bucket's name, for the tests to look
+    at (or damage) what was stored.
+    """
+    import uuid
+
+    import boto3
+
+    from controlplane.settings import object_storage_settings
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "test-access-key",
+        "AWS_SECRET_ACCESS_KEY": "test-secret-key",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"sessions-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint_url, region_name="us-east-1")
+    client.create_bucket(Bucket=bucket)
+    url = f"s3://{bucket}/codex?endpoint_url={s3_server.endpoint_url}&region_name=us-east-1"
+    settings.WORKER_CODEX_SESSION_STORAGE = url
+    settings.STORAGES = {**settings.STORAGES, "codex_sessions": object_storage_settings(url)}
+    return SimpleNamespace(client=client, bucket=bucket, prefix="codex/")

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 logger = logging.getLogger(__name__)
@@ -122,19 +123,37 @@ class ExecutionResult:
         return cls(status="failed", failure_reason=reason, **fields)
 
 
+class ThreadSessions(Protocol):
+    """Where an agent's thread state is kept between runs, so any worker can resume it
+    (`worker.session_records.SessionKeeper`, bound to the task, worker and turn)."""
+
+    def restore(self, *, thread_id: str, home: Path) -> str:
+        """Make `home` hold the thread's latest state; raises an exception saying why not."""
+
+    def store(self, *, thread_id: str, home: Path) -> str | None:
+        """Keep the thread's state after a run; never raises."""
+
+
 class ExecutionControl:
     """The worker's handle on a running execution.
 
     An executor that starts a subprocess attaches it; `cancel()` (from a signal handler, the
     heartbeat thread or a test) kills the subprocess's whole process group. `report_thread_id`
     lets an executor publish an agent thread id as soon as it is known, so a checkpoint resume
-    can continue the thread even if this worker dies before the turn ends.
+    can continue the thread even if this worker dies before the turn ends. `sessions`, when
+    the worker gives one, keeps an agent's thread state centrally (the `codex` executor's).
     """
 
-    def __init__(self, *, on_thread_id: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        on_thread_id: Callable[[str], None] | None = None,
+        sessions: ThreadSessions | None = None,
+    ) -> None:
         self._lock = threading.RLock()
         self._process: subprocess.Popen | None = None
         self._on_thread_id = on_thread_id
+        self.sessions = sessions
         self.cancelled = False
 
     def attach(self, process: subprocess.Popen) -> None:

@@ -16,7 +16,6 @@ import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from worker.executors.base import (
     spawn_agent,
     stderr_tail,
 )
+from worker.executors.codex_sessions import session_files
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,6 @@ STDERR_NOISE = (
 )
 # A Rust error report ends with a backtrace of unnamed frames: not worth a failure reason.
 STDERR_BACKTRACE = "Stack backtrace:"
-THREAD_ID_PATTERN = re.compile(r"^[A-Za-z0-9-]{1,100}$")
 
 
 def usage_price(*, usage: TokenUsage, model: str, prices: dict[str, Any]) -> Decimal:
@@ -149,34 +148,10 @@ def codex_home() -> Path:
 
 
 def session_record_path(*, thread_id: str, home: Path | None = None) -> Path | None:
-    """The CLI's rollout file of a thread (`sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`).
-
-    Codex thread ids are UUIDv7, whose first 48 bits are the creation time in milliseconds:
-    the day folders around it are searched first, so the lookup does not list every session
-    the worker ever ran.
-    """
-    if not thread_id or not THREAD_ID_PATTERN.match(thread_id):
-        return None
-    sessions = (home or codex_home()) / "sessions"
-    name = f"rollout-*-{thread_id}.jsonl"
-    for day in _thread_days(thread_id):
-        matches = sorted((sessions / day).glob(name))
-        if matches:
-            return matches[-1]
-    matches = sorted(sessions.glob(f"*/*/*/{name}"))
-    return matches[-1] if matches else None
-
-
-def _thread_days(thread_id: str) -> list[str]:
-    """`YYYY/MM/DD` folders a UUIDv7 thread's record may be in (any local time zone)."""
-    digits = thread_id.replace("-", "")
-    if len(digits) != 32 or digits[12] != "7":
-        return []
-    try:
-        created = datetime.fromtimestamp(int(digits[:12], 16) / 1000, tz=UTC)
-    except (ValueError, OverflowError, OSError):
-        return []
-    return [(created + timedelta(days=shift)).strftime("%Y/%m/%d") for shift in (0, -1, 1)]
+    """The CLI's rollout file of a thread (`sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`),
+    the last by name when there are several; None for none (see `codex_sessions`)."""
+    files = session_files(thread_id=thread_id, home=home or codex_home())
+    return files[-1] if files else None
 
 
 @dataclass(frozen=True)
@@ -346,6 +321,25 @@ def _compact(item: dict[str, Any]) -> dict[str, Any]:
     return compact
 
 
+# Restore outcomes after which the local files are the stored record's state.
+STORED_STATES = ("current", "restored")
+
+
+def _record_behind_ledger(request: ExecutionRequest, before: SessionRecord | None) -> str:
+    """Why the thread's stored record may not be resumed: it counts fewer tokens than the usage
+    ledger billed for the thread, so a finished run's record was never stored (the database
+    was down after that run, say) and resuming would drop that run from the thread. "" if not.
+    """
+    billed = request.thread_usage
+    if before is None or billed is None or before.total.covers(billed):
+        return ""
+    return (
+        f"codex thread {request.thread_id} cannot be resumed: its stored session record "
+        f"counts {before.total}, less than the usage ledger billed for the thread ({billed}); "
+        "a run's record was not stored and resuming would lose it"
+    )
+
+
 class CodexExecutor:
     """Runs the codex CLI (settings `WORKER_CODEX_*`), one process per turn."""
 
@@ -382,7 +376,19 @@ class CodexExecutor:
         args = self.command_line(request, workdir=workdir)
         timeout = settings.WORKER_CODEX_TIMEOUT_SECONDS
         resumes = self.resumes(request)
+        restored = ""
+        if resumes and control.sessions is not None:
+            try:
+                restored = control.sessions.restore(thread_id=request.thread_id, home=codex_home())
+            except Exception as exc:
+                return ExecutionResult.failed(
+                    f"codex thread {request.thread_id} cannot be resumed: {exc}",
+                    thread_id=request.thread_id,
+                )
         before = session_record_read(thread_id=request.thread_id) if resumes else None
+        behind = _record_behind_ledger(request, before) if restored in STORED_STATES else ""
+        if behind:
+            return ExecutionResult.failed(behind, thread_id=request.thread_id)
         stream = CodexStream()
         try:
             process = spawn_agent(args, cwd=workdir, env=dict(os.environ))
@@ -424,6 +430,8 @@ class CodexExecutor:
         thread_id = stream.thread_id or request.thread_id
         resumed = resumes and thread_id == request.thread_id
         after = session_record_read(thread_id=thread_id) if thread_id else None
+        if thread_id and control.sessions is not None:
+            control.sessions.store(thread_id=thread_id, home=codex_home())
         decision = turn_usage(
             reported=stream.usage,
             resumed=resumed,
@@ -464,6 +472,11 @@ class CodexExecutor:
             )
         if returncode != 0:
             detail = stream.failure_detail() or stderr_reason(stderr_text) or "no event, no stderr"
+            if restored == "absent":
+                detail += (
+                    f" (no session record of thread {request.thread_id} is stored, and none is"
+                    " in this worker's CODEX_HOME)"
+                )
             return ExecutionResult.failed(f"codex exit status {returncode}: {detail}", **common)
         if stream.turn_failures:
             return ExecutionResult.failed("codex turn failed: " + stream.failure_detail(), **common)
