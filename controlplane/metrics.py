@@ -108,10 +108,7 @@ _apps_discovered = False
 
 def metrics_scrape() -> bytes:
     """The text exposition: every app's counters (added up across processes) and the queue."""
-    global _apps_discovered
-    if not _apps_discovered:
-        autodiscover_modules("metrics")  # each app's counters, present before they first move
-        _apps_discovered = True
+    _discover_app_metrics()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
@@ -120,27 +117,50 @@ def metrics_scrape() -> bytes:
     return generate_latest(registry) + generate_latest(_database_registry)
 
 
-def metrics_access_refusal(request: HttpRequest) -> HttpResponse | None:
-    """Why this request may not read the metrics (a response to send), or None if it may.
+def metrics_access_problem(
+    *, remote_addr: str, authorization: str, enabled: bool | None = None
+) -> tuple[int, str] | None:
+    """Why a scrape from `remote_addr` carrying `authorization` may not read the metrics, as
+    (HTTP status, text), or None if it may. Shared by `/metrics` and a worker's own endpoint.
 
-    Off unless METRICS_ENABLED; then the client address must be in METRICS_ALLOWED_IPS
-    (empty: any address) and, when METRICS_BEARER_TOKEN is set, the request must carry it.
+    Off unless `enabled` (default METRICS_ENABLED; a worker's endpoint is on by having a
+    port); then the client address must be in METRICS_ALLOWED_IPS (empty: any address) and,
+    when METRICS_BEARER_TOKEN is set, the request must carry it.
     """
-    if not settings.METRICS_ENABLED:
-        return HttpResponse("Not found\n", status=404, content_type="text/plain")
+    if not (settings.METRICS_ENABLED if enabled is None else enabled):
+        return 404, "Not found\n"
     allowed = _allowed_networks(tuple(settings.METRICS_ALLOWED_IPS))
-    if allowed and not _address_in(request.META.get("REMOTE_ADDR", ""), allowed):
-        return HttpResponse("Forbidden\n", status=403, content_type="text/plain")
+    if allowed and not _address_in(remote_addr, allowed):
+        return 403, "Forbidden\n"
     token = settings.METRICS_BEARER_TOKEN
     if token:
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        scheme, _, given = authorization.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             given.strip().encode(), token.encode()
         ):
-            response = HttpResponse("Unauthorized\n", status=401, content_type="text/plain")
-            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-            return response
+            return 401, "Unauthorized\n"
     return None
+
+
+def metrics_access_refusal(request: HttpRequest) -> HttpResponse | None:
+    """The response refusing this request the metrics (`metrics_access_problem`), or None."""
+    problem = metrics_access_problem(
+        remote_addr=request.META.get("REMOTE_ADDR", ""),
+        authorization=request.headers.get("Authorization", ""),
+    )
+    if problem is None:
+        return None
+    status, text = problem
+    response = HttpResponse(text, status=status, content_type="text/plain")
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+def process_counters_scrape() -> bytes:
+    """This process's own counters (every app's, no queue gauges): a worker's own endpoint."""
+    _discover_app_metrics()
+    return generate_latest(REGISTRY)
 
 
 @require_safe
@@ -152,6 +172,14 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     response = HttpResponse(metrics_scrape(), content_type=CONTENT_TYPE_LATEST)
     response["Cache-Control"] = "no-store"
     return response
+
+
+def _discover_app_metrics() -> None:
+    """Import every app's `metrics` module, so its counters show before they first move."""
+    global _apps_discovered
+    if not _apps_discovered:
+        autodiscover_modules("metrics")
+        _apps_discovered = True
 
 
 _networks_cache: dict[tuple[str, ...], list] = {}

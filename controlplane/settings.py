@@ -296,6 +296,9 @@ try:
 except ValueError as exc:
     raise ImproperlyConfigured(f"METRICS_ALLOWED_IPS: {exc}") from None
 MIDDLEWARE.insert(0, "controlplane.metrics.request_metrics_middleware")
+# A worker's own metrics endpoint (`run_worker`), under the same rules: 0 (default) is off.
+WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=0)
+WORKER_METRICS_ADDR = env.str("WORKER_METRICS_ADDR", default="0.0.0.0")
 
 # --- Auto memory (app defaults live in automemory/conf.py; override with AUTOMEMORY_*) -------
 # The model side is set from the environment when the variable is present (else the app

@@ -6,6 +6,7 @@ environment built here from scratch, not the test settings.
 """
 
 import http.client
+import json
 import os
 import re
 import secrets
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from django.core.management import CommandError, call_command
+from prometheus_client.parser import text_string_to_metric_families
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 DEPLOY_DOC = BASE_DIR / "docs" / "deploy.md"
@@ -43,6 +45,9 @@ SETTINGS_VARIABLES = {
     # Set by the console's browser tests while their browser runs
     # (tests/automemory/console/conftest.py).
     "DJANGO_ALLOW_ASYNC_UNSAFE",
+    # Metrics: run_main sets up the multiprocess directory unless one is given.
+    "METRICS_ENABLED",
+    "PROMETHEUS_MULTIPROC_DIR",
 }
 
 
@@ -93,6 +98,16 @@ def get(url: str, path: str, **headers: str) -> http.client.HTTPResponse:
     parts = urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     connection.request("GET", path, headers=headers)
+    response = connection.getresponse()
+    response.body = response.read()
+    connection.close()
+    return response
+
+
+def post(url: str, path: str, body: dict, **headers: str) -> http.client.HTTPResponse:
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    connection.request("POST", path, body=json.dumps(body), headers=headers)
     response = connection.getresponse()
     response.body = response.read()
     connection.close()
@@ -309,6 +324,53 @@ def test_run_main_prints_the_address_it_serves_and_stops_on_ctrl_c(tmp_path):
         code = stop(process, signal.SIGINT)
 
     assert code == 0, (tmp_path / "run_main.err").read_text()
+
+
+def test_run_main_s_metrics_add_up_both_api_processes_and_the_worker(tmp_path):
+    """`make run`'s /metrics: gunicorn's two processes and the worker share one directory."""
+    env = {**only_key_and_hosts(tmp_path), "METRICS_ENABLED": "1"}
+    assert manage(env, "migrate", "-v0").returncode == 0
+    out_path = tmp_path / "run_main.out"
+    with out_path.open("wb") as out, (tmp_path / "run_main.err").open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "run_main", "--addrport", "127.0.0.1:0"],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=err,
+        )
+    try:
+        url = wait_for_line(out_path.read_text, r"API: +(http://127\.0\.0\.1:(\d+))/").group(1)
+        token = re.search(r"Demo token: (\S+)", out_path.read_text()).group(1)
+        auth = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+        project = json.loads(get(url, "/projects", **auth).body)["results"][0]["id"]
+        task = post(url, f"/projects/{project}/tasks", {"prompt": "count me"}, **auth)
+        assert task.status == 201, task.body
+        task_id = json.loads(task.body)["id"]
+        deadline = time.monotonic() + 60
+        while json.loads(get(url, f"/tasks/{task_id}", **auth).body)["status"] != "completed":
+            assert time.monotonic() < deadline, (tmp_path / "run_main.err").read_text()
+            time.sleep(0.2)
+        for _ in range(30):  # spread over both gunicorn processes
+            assert get(url, "/healthz").status == 200
+
+        scraped = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(get(url, "/metrics").body.decode())
+            for sample in family.samples
+        }
+    finally:
+        code = stop(process, signal.SIGINT)
+    assert code == 0, (tmp_path / "run_main.err").read_text()
+
+    # the worker counted the claim; only the shared directory brings it to gunicorn's scrape
+    assert scraped[("worker_task_claims_total", (("executor", "echo"),))] >= 1
+    healthz = (("method", "GET"), ("route", "healthz"), ("status", "200"))
+    assert scraped[("controlplane_http_requests_total", healthz)] == 30  # both processes' sum
+    files = {
+        path.name.split("_")[-1] for path in (BASE_DIR / "var/prometheus-multiproc").glob("*.db")
+    }
+    assert len(files) >= 3, files  # a file per process: 2 gunicorn workers, the worker
 
 
 def test_run_main_refuses_an_address_in_use():

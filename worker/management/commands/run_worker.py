@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from worker.executors import EXECUTORS, UnknownExecutor, executor_get
 from worker.loop import ROLES, Worker
+from worker.metrics_server import MetricsServer
 
 
 class Command(BaseCommand):
@@ -60,10 +61,26 @@ class Command(BaseCommand):
         worker = Worker(
             executor=chosen, worker_id=worker_id, poll_interval=poll_interval, role=role
         )
+        metrics = None
+        if settings.WORKER_METRICS_PORT:
+            metrics = MetricsServer(
+                port=settings.WORKER_METRICS_PORT, addr=settings.WORKER_METRICS_ADDR
+            )
+            try:
+                metrics.start()
+            except OSError as exc:
+                raise CommandError(
+                    f"cannot serve metrics on {settings.WORKER_METRICS_ADDR}:"
+                    f"{settings.WORKER_METRICS_PORT}: {exc}"
+                ) from None
         worker.install_signal_handlers()
-        if once:
-            worker.run_once()
-        else:
-            worker.run_forever()
+        try:
+            if once:
+                worker.run_once()
+            else:
+                worker.run_forever()
+        finally:
+            if metrics is not None:
+                metrics.stop()
         if worker.aborting:
             raise SystemExit(1)
