@@ -5,7 +5,7 @@ database) and, with --s3, in a real S3-compatible server (moto's server mode) on
 
 1. The real codex CLI (the version the tests pin, from .cache/) against the tests' local fake
    Responses server: one task, --turns turns, each on the next of three CODEX_HOMEs, through
-   the worker loop. Per turn: the session files' size, the stored (compressed) size, the time
+   the worker loop. Per turn: the rollout file's size, the stored (compressed) size, the time
    to store after the run and to restore before it (every turn after the first restores,
    since its host never saw the previous turn).
 2. Synthetic rollout files of 1, 10 and 50 MB (JSON lines like the CLI's, with tool output
@@ -106,6 +106,7 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
     from tests.worker.real_codex.conftest import codex_binary
     from tests.worker.real_codex.responses_server import Reply, ResponsesServer, message
     from worker.executors.codex import CodexExecutor
+    from worker.executors.codex_sessions import session_files
     from worker.loop import Worker
     from worker.models import CodexSession
 
@@ -153,9 +154,13 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
                 raise SystemExit(f"turn {turn} failed: {task.failure_reason}")
             record = CodexSession.objects.get(thread_id=task.thread_id)
             restore = timed.seconds("restore", turn)
+            home = Path(os.environ["CODEX_HOME"])
+            files = sum(
+                p.stat().st_size for p in session_files(thread_id=task.thread_id, home=home)
+            )
             print(
-                f"  {turn:>4} {record.size / 1024:>9.1f} {record.stored_size / 1024:>10.1f} "
-                f"{record.size / record.stored_size:>6.1f} "
+                f"  {turn:>4} {files / 1024:>9.1f} {record.stored_size / 1024:>10.1f} "
+                f"{files / record.stored_size:>6.1f} "
                 f"{timed.seconds('store', turn) * 1000:>9.1f} "
                 f"{(restore * 1000) if restore is not None else float('nan'):>11.1f}"
             )
@@ -242,9 +247,10 @@ def synthetic(*, work: Path) -> None:
             restores.append(time.perf_counter() - started)
             assert outcome == "restored", outcome
         record = CodexSession.objects.get(thread_id=THREAD)
+        files = megabytes * 2**20
         print(
-            f"  {record.size / 2**20:>8.1f} {record.stored_size / 2**20:>10.2f} "
-            f"{record.size / record.stored_size:>6.1f} "
+            f"  {files / 2**20:>8.1f} {record.stored_size / 2**20:>10.2f} "
+            f"{files / record.stored_size:>6.1f} "
             f"{statistics.median(stores) * 1000:>9.0f} {statistics.median(restores) * 1000:>11.0f}"
         )
         CodexSession.objects.filter(thread_id=THREAD).delete()

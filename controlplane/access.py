@@ -4,7 +4,7 @@ Non-members get 404 (the object does not exist for them); members without the ne
 permission get 403. Staff have no special rights over projects.
 """
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Subquery, Value
 from rest_framework.exceptions import NotFound, PermissionDenied
 
 from controlplane.models import (
@@ -98,21 +98,30 @@ def object_id_parse(value) -> int | None:
     return number if 0 < number < 2**63 else None
 
 
+def _with_role(queryset: QuerySet, *, user, project_field: str) -> QuerySet:
+    """`queryset` annotated with `access_role`, the user's role in the row's project (None for
+    a non-member): the object and the access check in one query."""
+    if not getattr(user, "is_authenticated", False):
+        return queryset.annotate(access_role=Value(None, output_field=CharField()))
+    role = Membership.objects.filter(project=OuterRef(project_field), user=user).values("role")
+    return queryset.annotate(access_role=Subquery(role[:1]))
+
+
 def project_get_for(*, user, project_id, action: str = READ) -> Project:
     """The project if the user may perform `action` on it; 404 for non-members, 403 else."""
     pk = object_id_parse(project_id)
-    project = Project.objects.filter(pk=pk).first() if pk else None
-    role = project_role(user=user, project_id=project.pk) if project else None
-    _check(role, action, "Project")
+    projects = _with_role(Project.objects.filter(pk=pk), user=user, project_field="pk")
+    project = projects.first() if pk else None
+    _check(project.access_role if project else None, action, "Project")
     return project
 
 
 def task_get_for(*, user, task_id, action: str = READ) -> Task:
     """The task if the user may perform `action` on its project; 404 for non-members, 403 else."""
     pk = object_id_parse(task_id)
-    task = Task.objects.select_related("project").filter(pk=pk).first() if pk else None
-    role = project_role(user=user, project_id=task.project_id) if task else None
-    _check(role, action, "Task")
+    tasks = Task.objects.select_related("project").filter(pk=pk)
+    task = _with_role(tasks, user=user, project_field="project_id").first() if pk else None
+    _check(task.access_role if task else None, action, "Task")
     return task
 
 

@@ -1,6 +1,6 @@
 """Reads for the API, always scoped through controlplane.access."""
 
-from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum
 
 from controlplane.access import projects_visible_to, tasks_visible_to
 from controlplane.models import (
@@ -8,6 +8,7 @@ from controlplane.models import (
     IdentityMemory,
     Membership,
     MemoryScope,
+    MemorySourceTask,
     Project,
     Task,
     TaskFollowup,
@@ -77,11 +78,36 @@ def _memory_filter(
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
+    # Only the columns the API shows: no keywords, goal key or the users' other columns.
     return (
         memories.select_related("created_by", "approved_by")
-        .prefetch_related("source_links")
+        .only(*MEMORY_LIST_COLUMNS)
+        .prefetch_related(
+            Prefetch("source_links", queryset=MemorySourceTask.objects.only("memory", "task"))
+        )
         .order_by("-created_at", "-id")
     )
+
+
+MEMORY_LIST_COLUMNS = (
+    "scope",
+    "project",
+    "content",
+    "source",
+    "source_task",
+    "status",
+    "superseded_by",
+    "created_by__username",
+    "created_at",
+    "updated_at",
+    "injection_count",
+    "last_injected_at",
+    "flagged",
+    "instruction_flags",
+    "approved_at",
+    "approved_by__username",
+    "archived_at",
+)
 
 
 def memory_list_for_user(

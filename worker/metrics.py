@@ -1,8 +1,10 @@
-"""Prometheus counters of the worker: claims, outcomes per executor, recoveries, refusals.
+"""Prometheus metrics of the worker: claims, outcomes per executor, recoveries, refusals,
+codex session records.
 
-Incremented by `worker.services` once the change they count is committed. A worker process
-has no HTTP server: run it with the same `PROMETHEUS_MULTIPROC_DIR` as the API processes of
-its host and their `/metrics` includes its counters (docs/operations.md).
+Incremented by `worker.services` (and `worker.session_records`) once the change they count is
+committed. A worker serves them itself on `WORKER_METRICS_PORT` (`worker.metrics_server`), or
+shares `PROMETHEUS_MULTIPROC_DIR` with the API processes of its host, whose `/metrics` then
+includes them (docs/operations.md).
 """
 
 from prometheus_client import Counter, Histogram

@@ -328,6 +328,52 @@ class MemoryOutput(serializers.ModelSerializer):
         # Ordered by the link's Meta (created_at, id); lists prefetch the links.
         return [link.task_id for link in memory.source_links.all()]
 
+    def to_representation(self, memory: IdentityMemory) -> dict:
+        """The fields above, read directly rather than through DRF's per-field machinery.
+
+        The memory list spends most of its time here: DRF's generic path costs about 20 field
+        lookups and checks per field and row, this about one. The output is byte for byte the
+        generic one (a test compares the two).
+        """
+        when = self._datetime_field()
+        created_by = memory.created_by if memory.created_by_id is not None else None
+        approved_by = memory.approved_by if memory.approved_by_id is not None else None
+        return {
+            "id": memory.pk,
+            "scope": memory.scope,
+            "project_id": memory.project_id,
+            "content": memory.content,
+            "source": memory.source,
+            "source_thread_id": memory.source_task_id,
+            "status": memory.status,
+            "superseded_by_id": memory.superseded_by_id,
+            "created_by": created_by.username if created_by is not None else None,
+            "created_at": when(memory.created_at),
+            "updated_at": when(memory.updated_at),
+            "injection_count": memory.injection_count,
+            "last_injected_at": when(memory.last_injected_at),
+            "flagged": memory.flagged,
+            "instruction_flags": [str(flag) for flag in memory.instruction_flags],
+            "awaiting_approval": memory.awaiting_approval,
+            "approved_at": when(memory.approved_at),
+            "approved_by": approved_by.username if approved_by is not None else None,
+            "archived_at": when(memory.archived_at),
+            "source_task_ids": self.get_source_task_ids(memory),
+        }
+
+    def _datetime_field(self):
+        """DRF's DateTimeField output (ISO 8601 in the current time zone, `Z` for UTC), None
+        for None; DRF's field costs about 10 us a value, this 1 (5 per memory)."""
+        zone = timezone.get_current_timezone()
+
+        def iso(value):
+            if value is None:
+                return None
+            text = value.astimezone(zone).isoformat()
+            return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+        return iso
+
 
 # --- Quota ----------------------------------------------------------------------------------
 

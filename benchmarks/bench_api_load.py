@@ -1,0 +1,308 @@
+"""Load benchmark: the API as `make run` serves it (gunicorn, 2 processes of 4 threads, with a
+worker beside it and the shared metrics directory), driven by keep-alive HTTP clients.
+
+Two phases against one throwaway database seeded with a project of 350 memories:
+
+1. each read alone for --phase-seconds (default 15) with --clients clients (default 4):
+   `GET /tasks/{id}`, `GET /projects/{id}/memories` (the first page, 50 of 350),
+   `GET /users/me/auto-memory-settings`;
+2. the mix for --seconds (default 60): task create 10%, task get 30%, memory list 30%,
+   settings get 30%.
+
+Each prints, per endpoint, requests per second, p50/p95/p99 latency in milliseconds and the
+errors (any status other than the expected one, or a failed connection), then the resident
+memory of every server process. Throttling is off (API_THROTTLE_USER empty), as a load test
+of one user would otherwise measure the throttle.
+
+    python benchmarks/bench_api_load.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    python benchmarks/bench_api_load.py                     # a throwaway SQLite file
+    python benchmarks/bench_api_load.py --seconds 20 --phase-seconds 5 --no-worker
+
+The clients run on the same machine as the server and the database: on 2 cores the figures
+are what all three share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(BASE_DIR))
+
+MEMORIES = 350
+MIX = (("task create", 1), ("task get", 3), ("memory list", 3), ("settings get", 3))
+READS = ("task get", "memory list", "settings get")
+RUN_MAIN = ("WEB_WORKERS", "WEB_THREADS")
+
+
+# --- The database ---------------------------------------------------------------------------
+
+
+def database_create(postgres: str | None, work: Path) -> tuple[str, callable]:
+    if not postgres:
+        return f"sqlite:///{work / 'load.sqlite3'}", lambda: None
+    import psycopg
+
+    base, _, _ = postgres.rpartition("/")
+    name = f"bench_api_load_{os.getpid()}"
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop():
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return f"{base}/{name}", drop
+
+
+SEED = """
+import json, random
+from django.contrib.auth import get_user_model
+from controlplane.models import Membership, Project, Role, Task
+from controlplane.services.memories import memory_create
+from controlplane.services.tokens import token_create
+user = get_user_model().objects.create_user(username="load")
+project = Project.objects.create(name="load", created_by=user)
+Membership.objects.create(project=project, user=user, role=Role.OWNER)
+rng = random.Random(7)
+words = "deploy through make tests use postgres redis cache login session cookie the a of".split()
+for i in range(MEMORIES):
+    text = " ".join(rng.choice(words) for _ in range(rng.randint(40, 110)))
+    memory_create(user=user, project=project, content=f"Memory {i}: {text}.")
+task = Task.objects.create(project=project, user=user, prompt="Fix the login bug")
+print(json.dumps({"token": token_create(user=user, name="load").key,
+                  "project": project.pk, "task": task.pk}))
+"""
+
+
+def manage(env: dict, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
+# --- The server, as `make run` starts it ----------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def servers_start(env: dict, port: int, *, worker: bool, work: Path) -> list[subprocess.Popen]:
+    # run_main's own figures, read from its source (importing it needs Django set up)
+    source = (BASE_DIR / "controlplane/management/commands/run_main.py").read_text()
+    processes_, threads = (re.search(rf"^{n} = (\d+)", source, re.M).group(1) for n in RUN_MAIN)
+    log = (work / "server.log").open("wb")
+    gunicorn = [
+        sys.executable, "-m", "gunicorn", "controlplane.wsgi",
+        "--bind", f"127.0.0.1:{port}",
+        "--workers", processes_,
+        "--threads", threads,
+    ]  # fmt: skip
+    processes = [subprocess.Popen(gunicorn, cwd=BASE_DIR, env=env, stdout=log, stderr=log)]
+    if worker:
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "manage.py", "run_worker"],
+                cwd=BASE_DIR,
+                env=env,
+                stdout=log,
+                stderr=log,
+            )
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", "/healthz")
+            if connection.getresponse().status == 200:
+                return processes
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"gunicorn did not answer:\n{(work / 'server.log').read_text()}")
+
+
+def process_tree_rss(processes: list[subprocess.Popen]) -> list[tuple[str, int]]:
+    """(name, RSS in KiB) of each server process and its children (gunicorn's workers)."""
+    pids = []
+    for process in processes:
+        pids.append(process.pid)
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        if children.exists():
+            pids += [int(pid) for pid in children.read_text().split()]
+    rows = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
+        name = "run_worker" if b"run_worker" in cmdline else "gunicorn"
+        parent = int(
+            next(line.split()[1] for line in status.splitlines() if line.startswith("PPid"))
+        )
+        if name == "gunicorn":
+            name += " master" if parent == os.getpid() else " worker"
+        rows.append((f"{name} (pid {pid})", rss))
+    return rows
+
+
+# --- The clients ----------------------------------------------------------------------------
+
+
+def client(port: int, seed: dict, names: list[str], weights: list[int], seconds: float, queue):
+    """One keep-alive connection; sends requests until `seconds` pass; reports each."""
+    rng = random.Random(os.getpid())
+    auth = {"Authorization": f"Token {seed['token']}", "Content-Type": "application/json"}
+    requests = {
+        "task create": ("POST", f"/projects/{seed['project']}/tasks", 201),
+        "task get": ("GET", f"/tasks/{seed['task']}", 200),
+        "memory list": ("GET", f"/projects/{seed['project']}/memories", 200),
+        "settings get": ("GET", "/users/me/auto-memory-settings", 200),
+    }
+    body = json.dumps({"prompt": "Add a test for the login fix"})
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    results: list[tuple[str, float, bool]] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        name = rng.choices(names, weights)[0]
+        method, path, expected = requests[name]
+        started = time.perf_counter()
+        try:
+            connection.request(method, path, body=body if method == "POST" else None, headers=auth)
+            response = connection.getresponse()
+            response.read()
+            ok = response.status == expected
+        except (OSError, http.client.HTTPException):
+            ok = False
+            connection.close()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        results.append((name, time.perf_counter() - started, ok))
+    queue.put(results)
+
+
+def drive(port: int, seed: dict, mix: tuple, clients: int, seconds: float) -> dict:
+    names, weights = [n for n, _ in mix], [w for _, w in mix]
+    queue = multiprocessing.Queue()
+    workers = [
+        multiprocessing.Process(target=client, args=(port, seed, names, weights, seconds, queue))
+        for _ in range(clients)
+    ]
+    for process in workers:
+        process.start()
+    results = [row for _ in workers for row in queue.get()]
+    for process in workers:
+        process.join()
+    by_name: dict[str, list] = {}
+    for name, latency, ok in results:
+        by_name.setdefault(name, []).append((latency, ok))
+    return {name: rows for name, rows in by_name.items()}
+
+
+def report(title: str, by_name: dict, seconds: float) -> None:
+    print(title)
+    print(
+        f"  {'endpoint':<14} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'errors':>7}"
+    )
+    for name in [n for n, _ in MIX if n in by_name]:
+        rows = by_name[name]
+        latencies = sorted(latency * 1000 for latency, _ in rows)
+        cuts = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
+        errors = sum(1 for _, ok in rows if not ok)
+        print(
+            f"  {name:<14} {len(rows) / seconds:>7.0f} {cuts[49]:>7.1f} {cuts[94]:>7.1f} "
+            f"{cuts[98]:>7.1f} {errors:>7}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    parser.add_argument("--seconds", type=float, default=60, help="length of the mix")
+    parser.add_argument("--phase-seconds", type=float, default=15, help="each read alone")
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--no-worker", action="store_true", help="gunicorn only")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-api-load-"))
+    url, drop = database_create(args.postgres, work)
+    metrics_dir = work / "metrics"
+    metrics_dir.mkdir()
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DEBUG": "False",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "API_THROTTLE_USER": "",
+        "LOG_LEVEL": "WARNING",
+        "STATIC_ROOT": str(work / "static"),
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),  # as run_main sets it
+    }
+    processes: list[subprocess.Popen] = []
+    try:
+        manage(env, "migrate", "-v0")
+        manage(env, "collectstatic", "--noinput", "-v0")
+        seed = json.loads(
+            manage(env, "shell", "-c", SEED.replace("MEMORIES", str(MEMORIES))).splitlines()[-1]
+        )
+        port = free_port()
+        processes = servers_start(env, port, worker=not args.no_worker, work=work)
+        database = "PostgreSQL" if args.postgres else "SQLite"
+        print(
+            f"gunicorn 2 x 4 threads{'' if args.no_worker else ' + 1 worker'}, {database}, "
+            f"{args.clients} clients, {os.cpu_count()} CPUs, load average "
+            f"{os.getloadavg()[0]:.1f} at start"
+        )
+        drive(port, seed, (("memory list", 1), ("task get", 1)), args.clients, 3)  # warm up
+        for name in READS:
+            by_name = drive(port, seed, ((name, 1),), args.clients, args.phase_seconds)
+            report(f"{name} alone, {args.phase_seconds:g} s:", by_name, args.phase_seconds)
+        by_name = drive(port, seed, MIX, args.clients, args.seconds)
+        report(f"mix, {args.seconds:g} s:", by_name, args.seconds)
+        print("resident memory at the end:")
+        for name, rss in process_tree_rss(processes):
+            print(f"  {name:<32} {rss / 1024:>6.0f} MiB")
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        drop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The memory list's output path: the serializer's direct representation equals DRF's generic
+one field for field, and a page costs the same queries whatever its size."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework import serializers
+
+from controlplane.api.serializers import MemoryOutput
+from controlplane.models import MemorySource, MemorySourceTask, MemoryStatus
+from controlplane.selectors import memory_list_for_project, memory_list_for_user
+
+
+@pytest.fixture
+def varied_memories(project, alice, bob, memory_factory, task_factory):
+    """One of every shape the list shows: manual, auto with several sources, flagged and
+    approved, archived, superseded, an author since deleted, odd microseconds."""
+    first, second, third = (task_factory(project, alice) for _ in range(3))
+    auto = memory_factory(
+        project=project,
+        source=MemorySource.AUTO,
+        source_task=first,
+        flagged=True,
+        instruction_flags=["role_markup", "imperative"],
+        approved_at=datetime(2026, 11, 30, 16, 5, 1, 123456, tzinfo=UTC),
+        approved_by=bob,
+        injection_count=3,
+        last_injected_at=timezone.now() - timedelta(days=2),
+    )
+    MemorySourceTask.objects.create(memory=auto, task=third, merged=True)
+    MemorySourceTask.objects.create(
+        memory=auto, task=second, merged=True, created_at=timezone.now() - timedelta(days=9)
+    )
+    newer = memory_factory(project=project, content="Deploys go through make.", created_by=bob)
+    memory_factory(
+        project=project, status=MemoryStatus.SUPERSEDED, superseded_by=newer, created_by=None
+    )
+    memory_factory(
+        project=project,
+        status=MemoryStatus.ARCHIVED,
+        archived_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+        content='Ünïcödé — and "quotes" and\nnew lines',
+    )
+    memory_factory(user=alice, content="Alice prefers tabs.")
+    return project
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/St_Johns"])
+def test_the_direct_representation_is_drf_s_generic_one(varied_memories, alice, zone):
+    memories = [
+        *memory_list_for_project(project=varied_memories),
+        *memory_list_for_user(user=alice),
+    ]
+    assert len(memories) == 5
+    serializer = MemoryOutput()
+    with timezone.override(zone):
+        for memory in memories:
+            generic = serializers.ModelSerializer.to_representation(serializer, memory)
+            assert MemoryOutput(memory).data == generic
+            assert list(MemoryOutput(memory).data) == list(generic)  # the same order too
+
+
+def test_the_api_lists_them_as_before(api_client_for, alice, varied_memories):
+    body = api_client_for(alice).get(f"/projects/{varied_memories.pk}/memories").json()
+    auto = next(row for row in body["results"] if row["source"] == "auto")
+    assert len(auto["source_task_ids"]) == 3
+    assert auto["source_thread_id"] == auto["source_task_ids"][1]  # the merged one is older
+    assert auto["approved_at"] == "2026-11-30T16:05:01.123456Z"
+    assert auto["approved_by"] == "bob"
+    assert auto["awaiting_approval"] is False
+    assert {row["created_by"] for row in body["results"]} == {"alice", "bob", None}
+
+
+@pytest.mark.parametrize("page_size", [1, 50, 200])
+def test_a_page_costs_five_queries_whatever_its_size(
+    api_client_for, alice, project, memory_factory, task_factory, page_size
+):
+    """The token, the project with the caller's role, the count, the page, the sources."""
+    for number in range(60):
+        task = task_factory(project, alice) if number % 3 == 0 else None
+        memory_factory(
+            project=project,
+            source=MemorySource.AUTO if task else MemorySource.MANUAL,
+            source_task=task,
+            goal_key=f"goal {number}" if task else "",
+            approved_by=alice if number % 2 else None,
+        )
+    client = api_client_for(alice)
+    url = f"/projects/{project.pk}/memories?page_size={page_size}"
+    client.get(url)  # the token's first use is stamped once
+    with CaptureQueriesContext(connection) as captured:
+        body = client.get(url).json()
+    assert len(body["results"]) == min(page_size, 60)
+    assert len(captured.captured_queries) == 5, [q["sql"] for q in captured.captured_queries]
