@@ -1,6 +1,6 @@
 """Reads for the API, always scoped through controlplane.access."""
 
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
 
 from controlplane.access import projects_visible_to, tasks_visible_to
 from controlplane.models import (
@@ -78,12 +78,12 @@ def _memory_filter(
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
-    # Only the columns the API shows: no keywords, goal key or the users' other columns.
+    # Only the columns the API shows, the authors' names beside them (no user rows built);
+    # the page's sources come from `memory_sources_attach`, once the page is cut.
     return (
-        memories.select_related("created_by", "approved_by")
-        .only(*MEMORY_LIST_COLUMNS)
-        .prefetch_related(
-            Prefetch("source_links", queryset=MemorySourceTask.objects.only("memory", "task"))
+        memories.only(*MEMORY_LIST_COLUMNS)
+        .annotate(
+            created_by_name=F("created_by__username"), approved_by_name=F("approved_by__username")
         )
         .order_by("-created_at", "-id")
     )
@@ -97,7 +97,7 @@ MEMORY_LIST_COLUMNS = (
     "source_task",
     "status",
     "superseded_by",
-    "created_by__username",
+    "created_by",
     "created_at",
     "updated_at",
     "injection_count",
@@ -105,9 +105,25 @@ MEMORY_LIST_COLUMNS = (
     "flagged",
     "instruction_flags",
     "approved_at",
-    "approved_by__username",
+    "approved_by",
     "archived_at",
 )
+
+
+def memory_sources_attach(memories: list[IdentityMemory]) -> list[IdentityMemory]:
+    """Set `source_task_ids` on each memory of a page (the tasks whose knowledge is in it, in
+    the order they went in): one query for the page, whatever its size."""
+    by_memory: dict[int, list[int]] = {memory.pk: [] for memory in memories}
+    links = (
+        MemorySourceTask.objects.filter(memory_id__in=list(by_memory))
+        .order_by("memory_id", "created_at", "id")
+        .values_list("memory_id", "task_id")
+    )
+    for memory_id, task_id in links if by_memory else ():
+        by_memory[memory_id].append(task_id)
+    for memory in memories:
+        memory.source_task_ids = by_memory[memory.pk]
+    return memories
 
 
 def memory_list_for_user(

@@ -47,7 +47,11 @@ class Pagination(PageNumberPagination):
         return list(self.page)
 
 
-def paginated_response(request, view, queryset, serializer_class) -> Response:
+def paginated_response(request, view, queryset, serializer_class, prepare=None) -> Response:
+    """One page of `queryset`, serialized; `prepare(page)` (a selector's) may first load what
+    the page's rows need in one query."""
     paginator = Pagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
+    if prepare is not None:
+        page = prepare(page)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)

@@ -325,8 +325,10 @@ class MemoryOutput(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_source_task_ids(self, memory: IdentityMemory) -> list[int]:
-        # Ordered by the link's Meta (created_at, id); lists prefetch the links.
-        return [link.task_id for link in memory.source_links.all()]
+        # Lists set them for a whole page (selectors.memory_sources_attach); else ordered by the
+        # link's Meta (created_at, id).
+        ids = getattr(memory, "source_task_ids", None)
+        return ids if ids is not None else [link.task_id for link in memory.source_links.all()]
 
     def to_representation(self, memory: IdentityMemory) -> dict:
         """The fields above, read directly rather than through DRF's per-field machinery.
@@ -336,8 +338,6 @@ class MemoryOutput(serializers.ModelSerializer):
         generic one (a test compares the two).
         """
         when = self._datetime_field()
-        created_by = memory.created_by if memory.created_by_id is not None else None
-        approved_by = memory.approved_by if memory.approved_by_id is not None else None
         return {
             "id": memory.pk,
             "scope": memory.scope,
@@ -347,7 +347,7 @@ class MemoryOutput(serializers.ModelSerializer):
             "source_thread_id": memory.source_task_id,
             "status": memory.status,
             "superseded_by_id": memory.superseded_by_id,
-            "created_by": created_by.username if created_by is not None else None,
+            "created_by": _username(memory, "created_by"),
             "created_at": when(memory.created_at),
             "updated_at": when(memory.updated_at),
             "injection_count": memory.injection_count,
@@ -356,7 +356,7 @@ class MemoryOutput(serializers.ModelSerializer):
             "instruction_flags": [str(flag) for flag in memory.instruction_flags],
             "awaiting_approval": memory.awaiting_approval,
             "approved_at": when(memory.approved_at),
-            "approved_by": approved_by.username if approved_by is not None else None,
+            "approved_by": _username(memory, "approved_by"),
             "archived_at": when(memory.archived_at),
             "source_task_ids": self.get_source_task_ids(memory),
         }
@@ -373,6 +373,14 @@ class MemoryOutput(serializers.ModelSerializer):
             return text[:-6] + "Z" if text.endswith("+00:00") else text
 
         return iso
+
+
+def _username(memory: IdentityMemory, relation: str) -> str | None:
+    """The user's name: annotated by the list selector (`<relation>_name`), else loaded."""
+    if getattr(memory, f"{relation}_id") is None:
+        return None
+    name = getattr(memory, f"{relation}_name", None)
+    return name if name is not None else getattr(memory, relation).username
 
 
 # --- Quota ----------------------------------------------------------------------------------
