@@ -3,16 +3,17 @@
 It collects the static files (whitenoise serves them from STATIC_ROOT), listens on
 `--addrport` itself, so it can print the address it really serves (port 0 picks a free one)
 and stop early when the address is taken, and hands the socket to gunicorn. Unless
-PROMETHEUS_MULTIPROC_DIR is set, it empties `var/prometheus-multiproc` and gives it to both
-children, so `/metrics` (with METRICS_ENABLED) adds up every process's counters. Ctrl-C (SIGINT)
-or SIGTERM is passed on to both children; when either exits the other is stopped too, and
-the command exits with the first one's exit code.
+PROMETHEUS_MULTIPROC_DIR is set, it gives both children a new temporary directory for it
+(removed at exit), so `/metrics` (with METRICS_ENABLED) adds up every process's counters.
+Ctrl-C (SIGINT) or SIGTERM is passed on to both children; when either exits the other is
+stopped too, and the command exits with the first one's exit code.
 """
 
 import os
+import shutil
 import socket
 import sys
-from pathlib import Path
+import tempfile
 
 from django.conf import settings
 from django.core.management import call_command
@@ -50,15 +51,6 @@ def listener_open(*, host: str, port: int) -> socket.socket:
     return listener
 
 
-def metrics_dir_prepare(path: Path) -> Path:
-    """An empty directory for prometheus_client's multiprocess files (as it requires at start):
-    every child writes its counters there, and `/metrics` of any API process adds them up."""
-    path.mkdir(parents=True, exist_ok=True)
-    for stale in path.glob("*.db"):
-        stale.unlink()
-    return path
-
-
 def server_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
@@ -82,10 +74,12 @@ class Command(BaseCommand):
         listener = listener_open(host=host, port=port)
         call_command("collectstatic", interactive=False, verbosity=0)
         url = server_url(*listener.getsockname()[:2])
+        metrics_dir = None
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            # The children inherit it: /metrics then shows both API processes and the worker.
-            metrics_dir = metrics_dir_prepare(Path(settings.VAR_DIR) / "prometheus-multiproc")
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+            # A new empty directory (as prometheus_client requires) the children inherit:
+            # /metrics then adds up both API processes and the worker. Removed at exit.
+            metrics_dir = tempfile.mkdtemp(prefix="controlplane-metrics-")
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         demo = demo_setup()
         commands = {
             "api": [
@@ -115,5 +109,7 @@ class Command(BaseCommand):
             code = Supervisor(commands, pass_fds={"api": [listener.fileno()]}).run()
         finally:
             listener.close()
+            if metrics_dir is not None:
+                shutil.rmtree(metrics_dir, ignore_errors=True)
         if code:
             sys.exit(code)
