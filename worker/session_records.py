@@ -237,7 +237,8 @@ class SessionKeeper:
     """What the loop hands an executor (through `ExecutionControl.sessions`) for one run.
 
     Bound to the task, the worker holding it (and its claim's time, the fence) and the turn:
-    `restore` before a resume, `store` after the run. Both time themselves, log and count (worker_codex_session_* metrics).
+    `restore` before a resume, `store` after the run. Both time themselves, log and count
+    (the worker_codex_session_* metrics).
     """
 
     task_id: int
