@@ -14,9 +14,12 @@ errors (any status other than the expected one, or a failed connection), then th
 memory of every server process. Throttling is off (API_THROTTLE_USER empty), as a load test
 of one user would otherwise measure the throttle.
 
-    python benchmarks/bench_api_load.py --postgres postgres://postgres@127.0.0.1:5432/postgres
-    python benchmarks/bench_api_load.py                     # a throwaway SQLite file
-    python benchmarks/bench_api_load.py --seconds 20 --phase-seconds 5 --no-worker
+    .venv/bin/python benchmarks/bench_api_load.py --postgres postgres://postgres@127.0.0.1/postgres
+    .venv/bin/python benchmarks/bench_api_load.py          # a throwaway SQLite file
+    .venv/bin/python benchmarks/bench_api_load.py --seconds 20 --phase-seconds 5 --no-worker
+
+The database, Django set-up and `--save` (the output under docs/figures/) come from
+`benchmarks/harness.py`.
 
 The clients run on the same machine as the server and the database: on 2 cores the figures
 are what all three share.
@@ -24,15 +27,12 @@ are what all three share.
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import multiprocessing
 import os
 import random
 import re
-import secrets
-import shutil
 import signal
 import socket
 import statistics
@@ -45,64 +45,50 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BASE_DIR))
 
+from benchmarks import harness  # noqa: E402
+
 MEMORIES = 350
 MIX = (("task create", 1), ("task get", 3), ("memory list", 3), ("settings get", 3))
 READS = ("task get", "memory list", "settings get")
 RUN_MAIN = ("WEB_WORKERS", "WEB_THREADS")
 
 
-# --- The database ---------------------------------------------------------------------------
+# --- The database -----------------------------------------------------------------------------
 
 
-def database_create(postgres: str | None, work: Path) -> tuple[str, callable]:
-    if not postgres:
-        return f"sqlite:///{work / 'load.sqlite3'}", lambda: None
-    import psycopg
+def seed() -> dict:
+    """A user with a token, a project of MEMORIES memories (as the API writes them), a task."""
+    from controlplane.models import Task
+    from controlplane.services.memories import memory_create
+    from controlplane.services.tokens import token_create
 
-    base, _, _ = postgres.rpartition("/")
-    name = f"bench_api_load_{os.getpid()}"
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-    def drop():
-        with psycopg.connect(postgres, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    return f"{base}/{name}", drop
-
-
-SEED = """
-import json, random
-from django.contrib.auth import get_user_model
-from controlplane.models import Membership, Project, Role, Task
-from controlplane.services.memories import memory_create
-from controlplane.services.tokens import token_create
-user = get_user_model().objects.create_user(username="load")
-project = Project.objects.create(name="load", created_by=user)
-Membership.objects.create(project=project, user=user, role=Role.OWNER)
-rng = random.Random(7)
-words = "deploy through make tests use postgres redis cache login session cookie the a of".split()
-for i in range(MEMORIES):
-    text = " ".join(rng.choice(words) for _ in range(rng.randint(40, 110)))
-    memory_create(user=user, project=project, content=f"Memory {i}: {text}.")
-task = Task.objects.create(project=project, user=user, prompt="Fix the login bug")
-print(json.dumps({"token": token_create(user=user, name="load").key,
-                  "project": project.pk, "task": task.pk}))
-"""
-
-
-def manage(env: dict, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=BASE_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-    return done.stdout
+    user = harness.user_create("load")
+    project = harness.project_create(user, "load")
+    rng = random.Random(7)
+    words = [
+        "deploy",
+        "through",
+        "make",
+        "tests",
+        "use",
+        "postgres",
+        "redis",
+        "cache",
+        "login",
+        "session",
+        "the",
+        "a",
+        "of",
+    ]
+    for i in range(MEMORIES):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(40, 110)))
+        memory_create(user=user, project=project, content=f"Memory {i}: {text}.")
+    task = Task.objects.create(project=project, user=user, prompt="Fix the login bug")
+    return {
+        "token": token_create(user=user, name="load").key,
+        "project": project.pk,
+        "task": task.pk,
+    }
 
 
 # --- The server, as `make run` starts it ----------------------------------------------------
@@ -243,65 +229,54 @@ def report(title: str, by_name: dict, seconds: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    parser = harness.parser(__doc__)
     parser.add_argument("--seconds", type=float, default=60, help="length of the mix")
     parser.add_argument("--phase-seconds", type=float, default=15, help="each read alone")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--no-worker", action="store_true", help="gunicorn only")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-api-load-"))
-    url, drop = database_create(args.postgres, work)
-    metrics_dir = work / "metrics"
-    metrics_dir.mkdir()
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "DEBUG": "False",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "ALLOWED_HOSTS": "127.0.0.1",
-        "API_THROTTLE_USER": "",
-        "LOG_LEVEL": "WARNING",
-        "STATIC_ROOT": str(work / "static"),
-        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),  # as run_main sets it
-    }
-    processes: list[subprocess.Popen] = []
-    try:
-        manage(env, "migrate", "-v0")
-        manage(env, "collectstatic", "--noinput", "-v0")
-        seed = json.loads(
-            manage(env, "shell", "-c", SEED.replace("MEMORIES", str(MEMORIES))).splitlines()[-1]
+    with harness.run(args) as bench, tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
+        work = Path(tmp)
+        (work / "metrics").mkdir()
+        seeded = seed()
+        from django.db import connections
+
+        connections.close_all()
+        env = harness.child_env(
+            os.environ["DATABASE_URL"],
+            DEBUG="False",
+            ALLOWED_HOSTS="127.0.0.1",
+            API_THROTTLE_USER="",
+            PROMETHEUS_MULTIPROC_DIR=str(work / "metrics"),  # as run_main sets it
         )
         port = free_port()
         processes = servers_start(env, port, worker=not args.no_worker, work=work)
-        database = "PostgreSQL" if args.postgres else "SQLite"
-        print(
-            f"gunicorn 2 x 4 threads{'' if args.no_worker else ' + 1 worker'}, {database}, "
-            f"{args.clients} clients, {os.cpu_count()} CPUs, load average "
-            f"{os.getloadavg()[0]:.1f} at start"
-        )
-        drive(port, seed, (("memory list", 1), ("task get", 1)), args.clients, 3)  # warm up
-        for name in READS:
-            by_name = drive(port, seed, ((name, 1),), args.clients, args.phase_seconds)
-            report(f"{name} alone, {args.phase_seconds:g} s:", by_name, args.phase_seconds)
-        by_name = drive(port, seed, MIX, args.clients, args.seconds)
-        report(f"mix, {args.seconds:g} s:", by_name, args.seconds)
-        print("resident memory at the end:")
-        for name, rss in process_tree_rss(processes):
-            print(f"  {name:<32} {rss / 1024:>6.0f} MiB")
-        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        drop()
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            print(
+                f"gunicorn 2 x 4 threads{'' if args.no_worker else ' + 1 worker'}, "
+                f"{bench.vendor}, {args.clients} clients, {os.cpu_count()} CPUs, load average "
+                f"{os.getloadavg()[0]:.1f} at start"
+            )
+            warm = (("memory list", 1), ("task get", 1))
+            drive(port, seeded, warm, args.clients, 3)
+            for name in READS:
+                by_name = drive(port, seeded, ((name, 1),), args.clients, args.phase_seconds)
+                report(f"{name} alone, {args.phase_seconds:g} s:", by_name, args.phase_seconds)
+            by_name = drive(port, seeded, MIX, args.clients, args.seconds)
+            report(f"mix, {args.seconds:g} s:", by_name, args.seconds)
+            print("resident memory at the end:")
+            for name, rss in process_tree_rss(processes):
+                print(f"  {name:<32} {rss / 1024:>6.0f} MiB")
+            print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in processes:
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
 
 
 if __name__ == "__main__":
