@@ -11,13 +11,14 @@ database) and, with --s3, in a real S3-compatible server (moto's server mode) on
 2. Synthetic rollout files of 1, 10 and 50 MB (JSON lines like the CLI's, with tool output
    that compresses like real output): store and restore times, the median of 5.
 
-    python benchmarks/bench_codex_sessions.py [--turns 10] [--s3]
-    python benchmarks/bench_codex_sessions.py --postgres postgres://postgres@127.0.0.1:5432/postgres
+    .venv/bin/python benchmarks/bench_codex_sessions.py [--turns 10] [--s3] [--save]
+    .venv/bin/python benchmarks/bench_codex_sessions.py --postgres postgres://postgres@127.0.0.1/postgres
+
+The database, Django set-up and `--save` come from `benchmarks/harness.py`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -31,30 +32,11 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BASE_DIR))
 
+from benchmarks import harness  # noqa: E402
+
 THREAD = "01a23200-69c4-7910-850a-77f278fe2da7"
 SYNTHETIC_MB = (1, 10, 50)
 REPEATS = 5
-
-
-def setup_database(postgres: str | None) -> tuple[str, callable]:
-    if not postgres:
-        path = Path(tempfile.mkdtemp()) / "bench.sqlite3"
-        return f"sqlite:///{path}", lambda: None
-    import psycopg
-
-    base, _, _ = postgres.rpartition("/")
-    name = f"bench_codex_sessions_{os.getpid()}"
-    with psycopg.connect(postgres, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-    def drop():
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(postgres, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-    return f"{base}/{name}", drop
 
 
 class Timed:
@@ -283,41 +265,28 @@ def use_s3(work: Path):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres", help="URL of an existing PostgreSQL database to start from")
+    parser = harness.parser(__doc__)
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--s3", action="store_true", help="also in a local S3 server (moto)")
     args = parser.parse_args()
-    url, cleanup = setup_database(args.postgres)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-    os.environ.setdefault("SECRET_KEY", "bench-codex-sessions-" + "x" * 40)
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
-
-    work = Path(tempfile.mkdtemp(prefix="bench-codex-sessions-"))
-    s3 = None
-    try:
-        call_command("migrate", verbosity=0)
-        backends = [f"database ({connection.vendor})"] + (
-            ["object storage (moto S3)"] if args.s3 else []
-        )
-        for backend in backends:
-            if backend.startswith("object"):
-                s3 = use_s3(work)
-            print(f"{backend}: real codex CLI, {args.turns} turns on 3 CODEX_HOMEs")
-            real_cli_turns(turns=args.turns, label=backend.split()[0], work=work)
-            print(f"{backend}: synthetic rollout files, median of {REPEATS}")
-            synthetic(work=work)
-    finally:
-        if s3 is not None:
-            s3.__exit__()
-        shutil.rmtree(work, ignore_errors=True)
-        cleanup()
+    with harness.run(args) as bench:
+        work = Path(tempfile.mkdtemp(prefix="bench-codex-sessions-"))
+        s3 = None
+        try:
+            backends = [f"database ({bench.vendor})"] + (
+                ["object storage (moto S3)"] if args.s3 else []
+            )
+            for backend in backends:
+                if backend.startswith("object"):
+                    s3 = use_s3(work)
+                print(f"{backend}: real codex CLI, {args.turns} turns on 3 CODEX_HOMEs")
+                real_cli_turns(turns=args.turns, label=backend.split()[0], work=work)
+                print(f"{backend}: synthetic rollout files, median of {REPEATS}")
+                synthetic(work=work)
+        finally:
+            if s3 is not None:
+                s3.__exit__()
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
