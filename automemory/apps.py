@@ -9,10 +9,14 @@ class AutoMemoryConfig(AppConfig):
     def ready(self) -> None:
         from automemory import checks  # noqa: F401  (registers the system checks)
         from automemory.services.text import manual_memory_secret_problem
+        from automemory.services.transcripts import private_notes_removed
         from controlplane.services.memories import memory_content_check_register
+        from controlplane.services.tasks import task_text_filter_register
 
         # A hand-written memory is injected into every later task: no secrets in it.
         memory_content_check_register(manual_memory_secret_problem)
+        # What an agent quoted of its user's private memories is theirs alone to read.
+        task_text_filter_register(private_notes_removed)
 
         from django.db.models.signals import post_migrate
 

@@ -118,6 +118,13 @@ class AutoMemorySettings(models.Model):
     # When the extraction model is unavailable, write the deterministic memory instead of
     # waiting for the model (off: the task waits and is retried).
     fallback_to_deterministic = models.BooleanField(default=False)
+    # Privacy by consent: an auto memory drawn from a task that received the user's private
+    # (user-level) memories, in a project with other members, is held for the user until
+    # they share it; on, it is the project's at once.
+    share_private_derived = models.BooleanField(default=False)
+    # Off: the user's own memories go only into tasks of projects where they are the only
+    # member (an agent's answer can paraphrase what it was given, and members read it).
+    personal_memories_in_shared_projects = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -245,6 +252,9 @@ class Reason(models.TextChoices):
     # Written, but at once superseded by the active memory of a task that finished later.
     SUPERSEDED_ON_WRITE = "superseded_on_write", "Written, superseded by a later task's memory"
     MERGED = "merged", "Merged into an existing memory"
+    # Written, held for its author: the task received their private memories and the project
+    # has other members (shared when the author says so).
+    HELD_FOR_AUTHOR = "held_for_author", "Written, held for its author until shared"
     MODEL_OUTPUT_INVALID = "model_output_invalid", "Model's answer did not match the schema"
     ERROR = "error", "Unexpected error"
 

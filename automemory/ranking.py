@@ -1,8 +1,9 @@
 """Which memories a task may receive, best first: the one read behind injection, the memory
 tool's search, consolidation's candidates and the preview.
 
-A task may receive its user's own user-level memories and its project's memories that are
-active and not held: not flagged as instruction-like without an approval, and not reported
+A task may receive its user's own user-level memories and its project's memories that the
+project sees (or that are held for that user: privacy by consent), that are active and not
+held for review: not flagged as instruction-like without an approval, and not reported
 without a review (`RECEIVABLE`). They are ranked per scope:
 
 - `recent`: newest first (SPEC v1);
@@ -30,10 +31,21 @@ RECEIVABLE = f"m.status = 'active' AND {NOT_HELD}"
 # What the preview explains as left out: memories a task would receive were they not held
 # or archived.
 WITHHELD = f"m.status IN ('active', 'archived') AND NOT ({RECEIVABLE})"
+# A scope's memories a task of user U in project P may see: U's own; P's that the project
+# sees, or that are held for U (params: U; P, U).
 OWNER = {
     MemoryScope.USER: "m.scope = 'user' AND m.user_id = %s",
-    MemoryScope.PROJECT: "m.scope = 'project' AND m.project_id = %s",
+    MemoryScope.PROJECT: (
+        "m.scope = 'project' AND m.project_id = %s"
+        " AND (m.visibility = 'project' OR m.created_by_id = %s)"
+    ),
 }
+
+
+def _owner_params(scope: str, *, user_id: int, project_id: int) -> list[int]:
+    return [user_id] if scope == MemoryScope.USER else [project_id, user_id]
+
+
 SCOPES = (MemoryScope.USER, MemoryScope.PROJECT)
 NEWEST = "m.created_at DESC, m.id DESC"
 
@@ -92,7 +104,6 @@ def ranked_by_scope(
     Each carries `match_score` (its ranking score, lower is better; None when it came in as
     one of the newest). One `UNION ALL` query.
     """
-    owners = {MemoryScope.USER: user_id, MemoryScope.PROJECT: project_id}
     match = _match(query_text) if ranking == InjectionRanking.RELEVANT else None
     columns = memory_columns()
     parts: list[str] = []
@@ -109,14 +120,17 @@ def ranked_by_scope(
                 f" AND {condition} ORDER BY match_score, {NEWEST} LIMIT %s) AS best"
                 " JOIN identity_memories m ON m.id = best.id"
             )
-            params.extend([*match.sql.params, owners[scope], limits[scope]])
+            owner = _owner_params(scope, user_id=user_id, project_id=project_id)
+            params.extend([*match.sql.params, *owner, limits[scope]])
         parts.append(
             f"SELECT {columns}, '{scope}:recent' AS injection_part,"
             " CAST(NULL AS REAL) AS match_score"
             f" FROM identity_memories m WHERE {OWNER[scope]} AND {condition}"
             f" ORDER BY {NEWEST} LIMIT %s"
         )
-        params.extend([owners[scope], limits[scope]])
+        params.extend(
+            [*_owner_params(scope, user_id=user_id, project_id=project_id), limits[scope]]
+        )
     found: dict[str, list[IdentityMemory]] = {}
     if parts:
         sql = " UNION ALL ".join(
@@ -133,16 +147,24 @@ def ranked_by_scope(
 
 
 def memories_for_injection(
-    *, user_id: int, project_id: int, ranking: str = "recent", query_text: str = ""
+    *,
+    user_id: int,
+    project_id: int,
+    ranking: str = "recent",
+    query_text: str = "",
+    personal: bool = True,
 ) -> tuple[list[IdentityMemory], list[IdentityMemory]]:
-    """The memories a task's first turn receives, user-level then project-level, best first
-    (at most the injection limits of each scope)."""
+    """The memories a task's first turn receives, user-level (none unless `personal`) then
+    project-level, best first (at most the injection limits of each scope)."""
+    limits = injection_limits()
+    if not personal:
+        limits[MemoryScope.USER] = 0
     ranked = ranked_by_scope(
         user_id=user_id,
         project_id=project_id,
         ranking=ranking,
         query_text=query_text,
-        limits=injection_limits(),
+        limits=limits,
     )
     return ranked[MemoryScope.USER], ranked[MemoryScope.PROJECT]
 
@@ -163,13 +185,14 @@ def memories_search(
             f"SELECT {columns}, CAST(NULL AS REAL) AS match_score FROM identity_memories m"
             f" WHERE {owners} AND {RECEIVABLE} ORDER BY {NEWEST} LIMIT %s"
         )
-        return list(IdentityMemory.objects.raw(sql, [user_id, project_id, limit]))
+        return list(IdentityMemory.objects.raw(sql, [user_id, project_id, user_id, limit]))
     sql = (
         f"SELECT {columns}, {match.score} AS match_score FROM {match.sql.from_sql}"
         f" WHERE {match.sql.condition} AND {owners} AND {RECEIVABLE}"
         f" ORDER BY match_score, {NEWEST} LIMIT %s"
     )
-    return list(IdentityMemory.objects.raw(sql, [*match.sql.params, user_id, project_id, limit]))
+    params = [*match.sql.params, user_id, project_id, user_id, limit]
+    return list(IdentityMemory.objects.raw(sql, params))
 
 
 def memories_matching(
@@ -179,11 +202,13 @@ def memories_matching(
     limit: int,
     project_id: int | None = None,
     user_id: int | None = None,
+    held_for: int | None = None,
     exclude_ids: Iterable[int] = (),
 ) -> list[IdentityMemory]:
     """Receivable memories of a scope whose content or keywords match `text`, best first.
 
-    Filtered by `project_id` / `user_id` when given. Each memory carries `match_score`
+    Filtered by `project_id` / `user_id` when given; project memories held for an author
+    are left out unless `held_for` is that author. Each memory carries `match_score`
     (lower is better; BM25 on SQLite, minus `ts_rank_cd` on PostgreSQL, so only comparable
     within one database). Empty when `text` has no searchable word. One query.
     """
@@ -200,6 +225,8 @@ def memories_matching(
     if user_id is not None:
         where.append("m.user_id = %s")
         params.append(user_id)
+    where.append("(m.visibility = 'project' OR m.created_by_id = %s)")
+    params.append(held_for if held_for is not None else 0)
     excluded = [int(pk) for pk in exclude_ids]
     if excluded:
         where.append(f"m.id NOT IN ({', '.join(['%s'] * len(excluded))})")

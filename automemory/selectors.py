@@ -7,7 +7,12 @@ from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Lower
 
 from automemory.models import AutoMemoryLog
-from controlplane.access import memories_visible_to, projects_visible_to
+from controlplane.access import (
+    held_for_others,
+    memories_visible_to,
+    project_memories_visible_to,
+    projects_visible_to,
+)
 from controlplane.models import (
     IdentityMemory,
     Membership,
@@ -80,7 +85,7 @@ def project_memories_list(
     if scope == MemoryScope.USER:
         memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
     else:
-        memories = IdentityMemory.objects.filter(scope=MemoryScope.PROJECT, project=project)
+        memories = project_memories_visible_to(user, project_id=project.pk)
     return _memory_filtered(memories, source=source, status=status, q=q)
 
 
@@ -104,6 +109,7 @@ def console_project_list(*, user) -> QuerySet[Project]:
     role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
     memory_count = (
         IdentityMemory.objects.filter(project=OuterRef("pk"), scope=MemoryScope.PROJECT)
+        .exclude(held_for_others(user))
         .order_by()
         .values("project")
         .annotate(total=Count("id"))

@@ -73,9 +73,10 @@ def run() -> None:
     history = harness.tasks_completed(project, user, HISTORY, prompt="Old goal {i}")
     settle_history(history)
     loaded = [pending_sweep() for _ in range(REPEATS)]
+    ratio = statistics.median(t for _, t in loaded) / statistics.median(t for _, t in fresh)
     print(
         f"the same with {HISTORY:,} tasks of history: {loaded[-1][0]} statements per sweep, "
-        f"time x{statistics.median(t for _, t in loaded) / statistics.median(t for _, t in fresh):.2f}"
+        f"time x{ratio:.2f}"
     )
     interval = conf.get("SWEEP_INTERVAL_SECONDS")
     for workers in WORKERS:

@@ -12,6 +12,7 @@ from controlplane.models import (
     IdentityMemory,
     Membership,
     MemoryScope,
+    MemoryVisibility,
     Project,
     Task,
 )
@@ -20,6 +21,9 @@ READ = "read"
 CREATE_TASK = "create_task"
 MANAGE_MEMBERS = "manage_members"
 APPROVE_MEMORY = "approve_memory"
+# Continue a task: create_task on its project, and be the user who created it (its
+# conversation holds that user's private memories, and its runs are billed to them).
+CONTINUE_TASK = "continue_task"
 
 
 def role_allows(role: str | None, action: str) -> bool:
@@ -28,7 +32,7 @@ def role_allows(role: str | None, action: str) -> bool:
         return False
     if action == READ:
         return True
-    if action == CREATE_TASK:
+    if action in (CREATE_TASK, CONTINUE_TASK):
         return role in CREATE_TASK_ROLES
     if action in (MANAGE_MEMBERS, APPROVE_MEMORY):
         return role == "owner"
@@ -64,8 +68,15 @@ def tasks_visible_to(user) -> QuerySet[Task]:
     )
 
 
+def held_for_others(user) -> Q:
+    """Project memories held for another author (privacy by consent): for `user` they do
+    not exist."""
+    return Q(visibility=MemoryVisibility.AUTHOR) & ~Q(created_by_id=getattr(user, "pk", None))
+
+
 def memories_visible_to(user) -> QuerySet[IdentityMemory]:
-    """The user's own user-level memories and the memories of their projects."""
+    """The user's own user-level memories and the memories of their projects, but those held
+    for another author."""
     if not getattr(user, "is_authenticated", False):
         return IdentityMemory.objects.none()
     return IdentityMemory.objects.filter(
@@ -74,6 +85,14 @@ def memories_visible_to(user) -> QuerySet[IdentityMemory]:
             Exists(Membership.objects.filter(project=OuterRef("project_id"), user=user)),
             scope=MemoryScope.PROJECT,
         )
+    ).exclude(held_for_others(user))
+
+
+def project_memories_visible_to(user, *, project_id: int) -> QuerySet[IdentityMemory]:
+    """A project's memories as a member sees them (the caller has checked membership): all
+    but those held for another author."""
+    return IdentityMemory.objects.filter(scope=MemoryScope.PROJECT, project_id=project_id).exclude(
+        held_for_others(user)
     )
 
 
@@ -122,6 +141,11 @@ def task_get_for(*, user, task_id, action: str = READ) -> Task:
     tasks = Task.objects.select_related("project").filter(pk=pk)
     task = _with_role(tasks, user=user, project_field="project_id").first() if pk else None
     _check(task.access_role if task else None, action, "Task")
+    if action == CONTINUE_TASK and task.user_id != user.pk:
+        raise PermissionDenied(
+            "Only the user who created this task may continue it: its conversation holds "
+            "their own memories, and its runs are billed to them. Start a task of your own."
+        )
     return task
 
 
@@ -131,6 +155,8 @@ def memory_allows(memory: IdentityMemory, *, user, role: str | None, action: str
     follows the role. The rule of `memory_get_for_*`, for pages that show what one may do."""
     if memory.scope == MemoryScope.USER:
         return memory.user_id == getattr(user, "pk", None)
+    if memory.visibility == MemoryVisibility.AUTHOR:
+        return memory.created_by_id == getattr(user, "pk", None) and role is not None
     return role_allows(role, action)
 
 
@@ -143,7 +169,16 @@ def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
         if not memory_allows(memory, user=user, role=None, action=action):
             raise NotFound("Memory not found.")
         return memory
-    _check(project_role(user=user, project_id=memory.project_id), action, "Memory")
+    role = project_role(user=user, project_id=memory.project_id)
+    if memory.visibility == MemoryVisibility.AUTHOR:
+        # Held for its author: they may do anything a member may do with their own memory
+        # (share, edit, forget it); for everyone else it does not exist.
+        if role is None or memory.created_by_id != user.pk:
+            raise NotFound("Memory not found.")
+        if action == APPROVE_MEMORY:
+            _check(role, action, "Memory")
+        return memory
+    _check(role, action, "Memory")
     return memory
 
 

@@ -384,6 +384,14 @@ class MemorySource(models.TextChoices):
     AUTO = "auto", "Auto"
 
 
+class MemoryVisibility(models.TextChoices):
+    # Every member of the project sees it (the default for every memory).
+    PROJECT = "project", "The project"
+    # Only its author (`created_by`) sees it, gets it injected or finds it, until they share
+    # it: an auto memory drawn from a task that received its user's private memories.
+    AUTHOR = "author", "Its author only"
+
+
 class MemoryStatus(models.TextChoices):
     ACTIVE = "active", "Active"
     SUPERSEDED = "superseded", "Superseded"
@@ -435,6 +443,9 @@ class IdentityMemory(models.Model):
     source_finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=16, choices=MemoryStatus.choices, default=MemoryStatus.ACTIVE
+    )
+    visibility = models.CharField(
+        max_length=16, choices=MemoryVisibility.choices, default=MemoryVisibility.PROJECT
     )
     superseded_by = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
@@ -543,11 +554,26 @@ class IdentityMemory(models.Model):
                 condition=Q(source="auto"),
                 name="memory_one_auto_per_task",
             ),
-            # At most one active auto memory per (project, goal).
+            # At most one active auto memory per (project, goal) that the project sees, and
+            # one per (project, goal, author) held for its author.
             models.UniqueConstraint(
                 fields=["project", "goal_key"],
-                condition=Q(source="auto", status="active"),
+                condition=Q(source="auto", status="active", visibility="project"),
                 name="memory_one_active_auto_per_goal",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "goal_key", "created_by"],
+                condition=Q(source="auto", status="active", visibility="author"),
+                name="memory_one_active_held_auto_per_goal",
+            ),
+            models.CheckConstraint(
+                condition=Q(visibility__in=[v.value for v in MemoryVisibility]),
+                name="memory_visibility_valid",
+            ),
+            # Only a project memory can be held for its author.
+            models.CheckConstraint(
+                condition=Q(visibility="project") | Q(scope="project"),
+                name="memory_author_only_is_project_level",
             ),
         ]
 
@@ -556,8 +582,14 @@ class IdentityMemory(models.Model):
 
     @property
     def awaiting_approval(self) -> bool:
-        """A flagged auto memory no owner has approved yet: it is not injected."""
-        return self.source == MemorySource.AUTO and self.flagged and self.approved_at is None
+        """A flagged memory no owner has approved yet: it is not injected."""
+        return self.flagged and self.approved_at is None
+
+    @property
+    def held_for_review(self) -> bool:
+        """Held out of injection and search until a project owner reviews it: flagged and not
+        approved, or reported."""
+        return self.awaiting_approval or self.report_hold_at is not None
 
 
 class MemorySourceTask(models.Model):

@@ -2,7 +2,7 @@
 
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
 
-from controlplane.access import projects_visible_to, tasks_visible_to
+from controlplane.access import project_memories_visible_to, projects_visible_to, tasks_visible_to
 from controlplane.models import (
     USAGE_TOKEN_FIELDS,
     IdentityMemory,
@@ -102,6 +102,12 @@ MEMORY_LIST_COLUMNS = (
     "updated_at",
     "injection_count",
     "last_injected_at",
+    "cite_count",
+    "last_cited_at",
+    "report_count",
+    "last_reported_at",
+    "report_hold_at",
+    "visibility",
     "flagged",
     "instruction_flags",
     "approved_at",
@@ -135,8 +141,8 @@ def memory_list_for_user(
 
 
 def memory_list_for_project(
-    *, project: Project, status: str | None = None, source: str | None = None
+    *, project: Project, user, status: str | None = None, source: str | None = None
 ) -> QuerySet[IdentityMemory]:
-    """A project's memories (the caller has checked the user is a member)."""
-    memories = IdentityMemory.objects.filter(scope=MemoryScope.PROJECT, project=project)
+    """A project's memories as `user` sees them (the caller has checked they are a member)."""
+    memories = project_memories_visible_to(user, project_id=project.pk)
     return _memory_filter(memories, status=status, source=source)

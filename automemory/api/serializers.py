@@ -154,6 +154,18 @@ class AutoMemorySettingsSerializer(RejectUnknownFieldsMixin, serializers.Seriali
         help_text="When the extraction model is unavailable, write the deterministic memory "
         "instead of waiting for the model.",
     )
+    share_private_derived = StrictBooleanField(
+        required=False,
+        help_text="A memory drawn from a task that received your own memories, in a project "
+        "with other members, is held for you until you share it (POST /memories/{id}/share); "
+        "on: it is the project's at once, and what the agent made of your notes goes with it.",
+    )
+    personal_memories_in_shared_projects = StrictBooleanField(
+        required=False,
+        help_text="Your own memories go into your tasks of shared projects too; off: only "
+        "into projects where you are the only member, since an agent's answer (which members "
+        "read) can reword what it was given.",
+    )
     updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
 
@@ -217,6 +229,10 @@ class ExtractionCountsSerializer(serializers.Serializer):
         "same goal that finished later."
     )
     merged = serializers.IntegerField(help_text="Merged into an existing memory.")
+    held_for_author = serializers.IntegerField(
+        help_text="Written and held for its author: the task received their private memories "
+        "in a project with other members."
+    )
 
 
 class RunSummarySerializer(serializers.Serializer):

@@ -20,9 +20,11 @@ from automemory.services.preferences import (
     settings_get,
     settings_update,
 )
+from automemory.services.sharing import memory_share
 from controlplane.access import (
     CREATE_TASK,
     READ,
+    memory_get_for_change,
     memory_get_for_read,
     project_get_for,
     task_get_for,
@@ -37,6 +39,9 @@ from controlplane.api.common import (
     validated,
 )
 from controlplane.api.pagination import paginated_response
+from controlplane.api.serializers import MemoryOutput
+from controlplane.errors import ConflictError
+from controlplane.models import MemoryVisibility
 
 
 def _settings_body(settings) -> dict:
@@ -214,3 +219,20 @@ def _preview_body(plan) -> dict:
             for left in plan.left_out
         ],
     }
+
+
+class MemoryShareView(APIView):
+    """Share a memory held for you (drawn from a task that received your own memories): the
+    project's members see it, and their tasks get it, from now on. Its author only."""
+
+    @extend_schema(
+        parameters=[MEMORY_ID],
+        request=None,
+        responses={200: MemoryOutput, **errors(401, 404, 409)},
+    )
+    def post(self, request: Request, memory_id) -> Response:
+        memory = memory_get_for_change(user=request.user, memory_id=memory_id)
+        if memory.visibility != MemoryVisibility.AUTHOR or memory.created_by_id != request.user.pk:
+            raise ConflictError("Only a memory held for you can be shared, by you.")
+        shared = memory_share(user=request.user, memory=memory)
+        return Response(MemoryOutput(shared, context={"request": request}).data)

@@ -46,6 +46,9 @@ REASON_EXPLANATIONS: dict[str, str] = {
     "the same goal finished later, and its memory stays the active one (the detail names it).",
     Reason.MERGED: "No new memory: the consolidation model merged what this task taught into an "
     "existing memory of the project (linked), whose text was rewritten to include it.",
+    Reason.HELD_FOR_AUTHOR: "A memory was written and is held for you: the task received your "
+    "own (private) memories and the project has other members, so what the agent made of "
+    "them stays yours until you share it (the memory's page, or POST /memories/{id}/share).",
     Reason.MODEL_OUTPUT_INVALID: "The memory model answered, but not in the expected shape even "
     "after being asked once to correct it, so nothing was written and the answer was not kept. "
     "The task is retried at the next sweeps (a few times at most).",

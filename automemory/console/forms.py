@@ -141,6 +141,22 @@ _FIELDS = (
         "Models",
     ),
     SettingField(
+        "share_private_derived",
+        "Share memories drawn from my private notes at once",
+        BOOLEAN,
+        "Off, a memory from a task that received your own notes waits for you to share it; "
+        "on, members see at once what the agent made of them.",
+        "Privacy",
+    ),
+    SettingField(
+        "personal_memories_in_shared_projects",
+        "Give my own memories to tasks in shared projects",
+        BOOLEAN,
+        "Members read your tasks' results, and an agent can reword what it was given; off, "
+        "your own memories go only into projects where you are the only member.",
+        "Privacy",
+    ),
+    SettingField(
         "monthly_memory_budget_usd",
         "Monthly memory budget (USD)",
         DECIMAL,

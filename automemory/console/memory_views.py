@@ -74,7 +74,7 @@ def _may_change(memory: IdentityMemory, *, user, role: str | None) -> bool:
 def _may_approve(memory: IdentityMemory, *, user, role: str | None) -> bool:
     return (
         memory.scope == MemoryScope.PROJECT
-        and memory.awaiting_approval
+        and memory.held_for_review
         and memory_allows(memory, user=user, role=role, action=APPROVE_MEMORY)
     )
 

@@ -14,6 +14,7 @@ from automemory.console.views import access_get
 from automemory.services.preferences import effective_switch, flags_get, flags_set, settings_get
 from controlplane.access import CREATE_TASK, READ, project_role, role_allows, task_get_for
 from controlplane.models import Task
+from controlplane.services.tasks import task_text_for
 
 
 def _task_context(request: HttpRequest, task: Task, flags_form: TaskFlagsForm | None) -> dict:
@@ -42,6 +43,9 @@ def _task_context(request: HttpRequest, task: Task, flags_form: TaskFlagsForm | 
         ),
         "owner_settings": prefs,
         "is_own_task": task.user_id == request.user.pk,
+        # What the agent wrote, as this reader may see it (the user's private notes out).
+        "result_text": task_text_for(task=task, viewer=request.user, text=task.result_text),
+        "failure_reason": task_text_for(task=task, viewer=request.user, text=task.failure_reason),
     }
 
 

@@ -56,10 +56,6 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(global_row_and_kept_drafts, migrations.RunPython.noop),
-        migrations.RemoveField(
-            model_name='extractionclaim',
-            name='task',
-        ),
         migrations.AddField(
             model_name='sweepstate',
             name='lease_expires_at',

@@ -21,7 +21,7 @@ from automemory.models import AutoMemorySettings, TaskAutoMemoryFlags
 from automemory.services.memory_block import FittedBlock, fit_memory_block
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint
-from controlplane.models import IdentityMemory, MemoryScope, Task, TaskKind
+from controlplane.models import IdentityMemory, Membership, MemoryScope, Task, TaskKind
 from controlplane.rawsql import Scalar, column, db_value, qn, table
 from controlplane.services.audit import audit_record
 
@@ -48,6 +48,8 @@ class InjectionPreferences:
     use_memories: bool
     ranking: str
     max_chars: int
+    # Off: the user's own memories only in projects where they are the only member.
+    personal_in_shared: bool = True
 
 
 def inject_memories(
@@ -150,6 +152,8 @@ class InjectionPlan:
     fitted: FittedBlock | None
     candidates: list[PlannedMemory] = field(default_factory=list)
     left_out: list[LeftOut] = field(default_factory=list)
+    # Whether the user's own memories may go in (`personal_memories_in_shared_projects`).
+    personal: bool = True
 
     @property
     def memory_ids(self) -> list[int]:
@@ -174,8 +178,13 @@ def injection_plan(
     injection).
     """
     query_text = f"{goal or ''}\n{prompt}"
+    personal = preferences.personal_in_shared or not _shared(project_id, user_id=user_id)
     user_candidates, project_candidates = ranking.memories_for_injection(
-        user_id=user_id, project_id=project_id, ranking=preferences.ranking, query_text=query_text
+        user_id=user_id,
+        project_id=project_id,
+        ranking=preferences.ranking,
+        query_text=query_text,
+        personal=personal,
     )
     candidates = [
         PlannedMemory(memory, scope, rank, _score(memory))
@@ -190,10 +199,17 @@ def injection_plan(
         fitted = fit_memory_block(
             user_candidates, project_candidates, max_chars=preferences.max_chars
         )
-    plan = InjectionPlan(preferences=preferences, fitted=fitted, candidates=candidates)
+    plan = InjectionPlan(
+        preferences=preferences, fitted=fitted, candidates=candidates, personal=personal
+    )
     if explain:
         plan.left_out = _left_out(plan, user_id=user_id, project_id=project_id, query=query_text)
     return plan
+
+
+def _shared(project_id: int, *, user_id: int) -> bool:
+    """Whether the project has members other than the user (one query)."""
+    return Membership.objects.filter(project_id=project_id).exclude(user_id=user_id).exists()
 
 
 def _score(memory: IdentityMemory) -> float | None:
@@ -212,6 +228,8 @@ def _left_out(plan: InjectionPlan, *, user_id: int, project_id: int, query: str)
         if item.memory.pk not in chosen
     ]
     limits = ranking.injection_limits()
+    if not plan.personal:
+        limits[MemoryScope.USER] = 0
     extra = PREVIEW_LEFT_OUT_PER_SCOPE
     common = {
         "user_id": user_id,
@@ -220,12 +238,15 @@ def _left_out(plan: InjectionPlan, *, user_id: int, project_id: int, query: str)
         "query_text": query,
     }
     deeper = ranking.ranked_by_scope(
-        **common, limits={scope: limit + extra for scope, limit in limits.items()}
+        **common, limits={scope: limit + extra for scope, limit in limits.items() if limit}
     )
     for scope, memories in deeper.items():
-        left += [LeftOut(m, scope, LeftOutReason.RANKED_BELOW) for m in memories[limits[scope] :]]
+        below = memories[limits[scope] :] if limits[scope] else []
+        left += [LeftOut(m, scope, LeftOutReason.RANKED_BELOW) for m in below]
     withheld = ranking.ranked_by_scope(
-        **common, limits=dict.fromkeys(limits, extra), condition=ranking.WITHHELD
+        **common,
+        limits={scope: extra for scope, limit in limits.items() if limit},
+        condition=ranking.WITHHELD,
     )
     for scope, memories in withheld.items():
         left += [LeftOut(m, scope, _withheld_reason(m)) for m in memories]
@@ -247,6 +268,7 @@ def user_preferences(*, user_id: int) -> InjectionPreferences:
         use_memories=row.use_memories,
         ranking=row.injection_ranking,
         max_chars=row.injection_max_chars,
+        personal_in_shared=row.personal_memories_in_shared_projects,
     )
 
 
@@ -276,6 +298,7 @@ _SETTING_FIELDS = {
     "use_memories": "use_memories",
     "ranking": "injection_ranking",
     "max_chars": "injection_max_chars",
+    "personal_in_shared": "personal_memories_in_shared_projects",
 }
 
 
@@ -319,6 +342,7 @@ def preferences_from(values: dict) -> InjectionPreferences:
         use_memories=effective_switch(values["flag_use_memories"], setting("use_memories")),
         ranking=setting("ranking"),
         max_chars=setting("max_chars"),
+        personal_in_shared=setting("personal_in_shared"),
     )
 
 

@@ -30,6 +30,8 @@ SETTINGS_FIELDS = (
     "max_unused_days",
     "monthly_memory_budget_usd",
     "fallback_to_deterministic",
+    "share_private_derived",
+    "personal_memories_in_shared_projects",
 )
 
 

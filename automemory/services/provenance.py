@@ -248,12 +248,15 @@ def _mark_fences(text: str, matches: list[re.Match], words: Sequence[str], cover
             covered[start:end] = b"\x01" * (end - start)
 
 
-def injected_text_removed(text: str, *, fingerprints: Sequence[Fingerprint]) -> str:
+def injected_text_removed(
+    text: str, *, fingerprints: Sequence[Fingerprint], marker: str | None = None
+) -> str:
     """`text` without injected blocks and without any shingle of the given memories.
 
     Removes fenced blocks (matching nonces, any quoting), the block's fixed header, and every
     run of words that repeats a memory's shingle, wherever it is. A line left with no word is
-    dropped.
+    dropped; with `marker`, each removed run is replaced by it instead (a reader sees where
+    something was taken out).
     """
     matches = list(_WORD.finditer(text))
     if not matches:
@@ -274,10 +277,10 @@ def injected_text_removed(text: str, *, fingerprints: Sequence[Fingerprint]) -> 
                 covered[start : start + size] = b"\x01" * size
     if not any(covered):
         return text
-    return _cut(text, matches, covered)
+    return _cut(text, matches, covered, marker=marker)
 
 
-def _cut(text: str, matches: list[re.Match], covered: bytearray) -> str:
+def _cut(text: str, matches: list[re.Match], covered: bytearray, *, marker: str | None) -> str:
     pieces = []
     position = 0
     i = 0
@@ -305,6 +308,8 @@ def _cut(text: str, matches: list[re.Match], covered: bytearray) -> str:
         position = end
         i += 1
     pieces.append(text[position:])
+    if marker is not None:
+        return "".join(pieces).replace(_REMOVED, marker)
     lines = []
     for line in "".join(pieces).split("\n"):
         if _REMOVED in line:

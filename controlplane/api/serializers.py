@@ -8,6 +8,7 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.access import held_for_others
 from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.limits import (
     GOAL_MAX_CHARS,
@@ -32,6 +33,7 @@ from controlplane.models import (
     UsageRecord,
 )
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
+from controlplane.services.tasks import task_text_for
 from controlplane.services.tokens import TOKEN_EXPIRES_MAX_DAYS, TOKEN_NAME_MAX_CHARS
 
 MAX_ID = 2**63 - 1
@@ -184,13 +186,26 @@ class TaskDetailOutput(TaskSummaryOutput):
             "injected_memories",
         ]
 
+    def to_representation(self, task: Task) -> dict:
+        """What agents wrote, as the reader may see it (`task_text_for`)."""
+        data = super().to_representation(task)
+        viewer = self.context["request"].user if "request" in self.context else None
+        for name in ("result_text", "failure_reason"):
+            data[name] = task_text_for(task=task, viewer=viewer, text=data[name])
+        return data
+
     @extend_schema_field(InjectedMemoryOutput(many=True))
     def get_injected_memories(self, task: Task) -> list[dict]:
         """The memories injected into the task's first turn that still exist (one query)."""
         ids = [pk for pk in task.injected_memory_ids or [] if isinstance(pk, int)]
         if not ids:
             return []
-        rows = IdentityMemory.objects.filter(pk__in=ids).values("id", "scope", "status")
+        viewer = self.context["request"].user if "request" in self.context else None
+        rows = (
+            IdentityMemory.objects.filter(pk__in=ids)
+            .exclude(held_for_others(viewer))
+            .values("id", "scope", "status")
+        )
         found = {row["id"]: row for row in rows}
         return [
             {**found[pk], "url": reverse("memory", kwargs={"memory_id": pk})}
@@ -293,10 +308,31 @@ class MemoryOutput(serializers.ModelSerializer):
     injection_count = serializers.IntegerField(
         read_only=True, help_text="How many tasks the memory was injected into."
     )
+    cite_count = serializers.IntegerField(
+        read_only=True,
+        help_text="How many tasks cited the memory as used (a `Memories used:` line, or the "
+        "memory tool's cite).",
+    )
+    report_count = serializers.IntegerField(
+        read_only=True,
+        help_text="How many reports said the memory misled (wrong, outdated, unsafe).",
+    )
+    held_for_review = serializers.SerializerMethodField(
+        help_text="A report holds it out of injection and search until a project owner reviews "
+        "it (approves, edits or forgets it)."
+    )
+    visibility = serializers.CharField(
+        read_only=True,
+        help_text="`project`: every member sees it; `author`: held for its author (drawn from "
+        "a task that received their own memories) until they share it.",
+    )
     source_task_ids = serializers.SerializerMethodField(
         help_text="For an auto memory: every task whose knowledge is in it, in the order they "
         "went in (the task that wrote it first, then those consolidation merged into it)."
     )
+
+    def get_held_for_review(self, memory: IdentityMemory) -> bool:
+        return memory.report_hold_at is not None
 
     class Meta:
         model = IdentityMemory
@@ -314,6 +350,12 @@ class MemoryOutput(serializers.ModelSerializer):
             "updated_at",
             "injection_count",
             "last_injected_at",
+            "cite_count",
+            "last_cited_at",
+            "report_count",
+            "last_reported_at",
+            "held_for_review",
+            "visibility",
             "flagged",
             "instruction_flags",
             "awaiting_approval",
@@ -352,6 +394,12 @@ class MemoryOutput(serializers.ModelSerializer):
             "updated_at": when(memory.updated_at),
             "injection_count": memory.injection_count,
             "last_injected_at": when(memory.last_injected_at),
+            "cite_count": memory.cite_count,
+            "last_cited_at": when(memory.last_cited_at),
+            "report_count": memory.report_count,
+            "last_reported_at": when(memory.last_reported_at),
+            "held_for_review": self.get_held_for_review(memory),
+            "visibility": memory.visibility,
             "flagged": memory.flagged,
             "instruction_flags": [str(flag) for flag in memory.instruction_flags],
             "awaiting_approval": memory.awaiting_approval,

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from controlplane import selectors
 from controlplane.access import (
+    CONTINUE_TASK,
     CREATE_TASK,
     MANAGE_MEMBERS,
     READ,
@@ -162,7 +163,10 @@ class ProjectTasksView(APIView):
         project = project_get_for(user=request.user, project_id=project_id, action=CREATE_TASK)
         data = validated(s.TaskCreateInput, request.data)
         task = task_create(user=request.user, project=project, **data)
-        return Response(s.TaskDetailOutput(task).data, status=status.HTTP_201_CREATED)
+        return Response(
+            s.TaskDetailOutput(task, context={"request": request}).data,
+            status=status.HTTP_201_CREATED,
+        )
 
 
 @extend_schema(parameters=[TASK_ID])
@@ -174,7 +178,7 @@ class TaskDetailView(APIView):
     )
     def get(self, request: Request, task_id: str) -> Response:
         task = task_get_for(user=request.user, task_id=task_id, action=READ)
-        return Response(s.TaskDetailOutput(task).data)
+        return Response(s.TaskDetailOutput(task, context={"request": request}).data)
 
 
 @extend_schema(parameters=[TASK_ID])
@@ -190,10 +194,10 @@ class TaskContinueView(APIView):
         },
     )
     def post(self, request: Request, task_id: str) -> Response:
-        task = task_get_for(user=request.user, task_id=task_id, action=CREATE_TASK)
+        task = task_get_for(user=request.user, task_id=task_id, action=CONTINUE_TASK)
         data = validated(s.TaskContinueInput, request.data)
         task = task_continue(user=request.user, task=task, **data)
-        return Response(s.TaskDetailOutput(task).data)
+        return Response(s.TaskDetailOutput(task, context={"request": request}).data)
 
 
 @extend_schema(parameters=[TASK_ID])
@@ -280,7 +284,9 @@ class ProjectMemoriesView(APIView):
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
         filters = validated(s.MemoryFilterInput, request.query_params)
-        memories = selectors.memory_list_for_project(project=project, **filters)
+        memories = selectors.memory_list_for_project(
+            project=project, user=request.user, **filters
+        )
         return paginated_response(
             request, self, memories, s.MemoryOutput, prepare=selectors.memory_sources_attach
         )

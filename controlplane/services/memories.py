@@ -144,25 +144,37 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
 
 @transaction.atomic
 def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
-    """Let a flagged auto memory be injected (a project owner read it and found it harmless).
+    """Release a memory held for review: a project owner read it and found it fine.
 
-    Only a flagged auto memory awaits approval (409 otherwise); approving twice changes
-    nothing. The caller has checked the user owns the project (see controlplane.access).
+    A memory is held when its text is flagged as instruction-like and not yet approved, or
+    when a report holds it (`report_hold_at`); approving releases both, and the memory is
+    injected and found again. 409 when it is not held; approving twice changes nothing more.
+    The caller has checked the user owns the project (see controlplane.access).
     """
     memory = _locked(memory)
-    if memory.source != MemorySource.AUTO or not memory.flagged:
-        raise ConflictError("Only a flagged auto memory awaits approval.")
-    if memory.approved_at is not None:
-        return memory
-    memory.approved_at = timezone.now()
-    memory.approved_by = user
-    memory.save(update_fields=["approved_at", "approved_by", "updated_at"])
+    flag_pending = memory.flagged and memory.approved_at is None
+    if not flag_pending and memory.report_hold_at is None:
+        raise ConflictError("This memory is not held for review.")
+    fields = ["updated_at"]
+    if flag_pending:
+        memory.approved_at = timezone.now()
+        memory.approved_by = user
+        fields += ["approved_at", "approved_by"]
+    reported_at = memory.report_hold_at
+    if reported_at is not None:
+        memory.report_hold_at = None
+        fields.append("report_hold_at")
+    memory.save(update_fields=fields)
     audit_record(
         action="memory_approved",
         actor=user,
         target_type="memory",
         target_id=memory.pk,
-        data={"project_id": memory.project_id, "instruction_flags": memory.instruction_flags},
+        data={
+            "project_id": memory.project_id,
+            "instruction_flags": memory.instruction_flags,
+            "report_hold_released": reported_at is not None,
+        },
     )
     return memory
 

@@ -1,4 +1,7 @@
-"""Queueing tasks, continuing finished ones and delivering inter-task messages."""
+"""Queueing tasks, continuing finished ones, delivering inter-task messages, and showing what
+agents wrote to the task's other readers."""
+
+from collections.abc import Callable
 
 from django.db import transaction
 from django.utils import timezone
@@ -113,3 +116,26 @@ def followup_create(
         data={"followup_id": followup.pk, "from_task_id": from_task_id},
     )
     return followup
+
+
+# A filter of what an agent wrote in a task (its result, its failure reason), for readers
+# other than the task's user. Apps register theirs (automemory takes out the user's private
+# notes), so the host never imports the apps that plug into it.
+TaskTextFilter = Callable[[Task, str], str]
+_task_text_filters: list[TaskTextFilter] = []
+
+
+def task_text_filter_register(text_filter: TaskTextFilter) -> None:
+    """Apply `text_filter` to what agents wrote whenever someone else reads a task."""
+    if text_filter not in _task_text_filters:
+        _task_text_filters.append(text_filter)
+
+
+def task_text_for(*, task: Task, viewer, text: str) -> str:
+    """`text` an agent wrote in `task`, as `viewer` may read it: whole for the task's user,
+    through the registered filters for anyone else."""
+    if not text or getattr(viewer, "pk", None) == task.user_id:
+        return text
+    for text_filter in _task_text_filters:
+        text = text_filter(task, text)
+    return text

@@ -70,8 +70,8 @@ class Candidate:
     """One task on its way through the sweep's phases, with what they read of it.
 
     `changed` says it came from the read of tasks changed since the cursor (a task of that
-    read left for a later sweep holds the cursor back). `private` is filled by the privacy
-    phase for the tasks that reach drafting.
+    read left for a later sweep holds the cursor back). `private` and `held_for_author` are
+    filled by the privacy phase for the tasks that reach drafting.
     """
 
     task: Task
@@ -84,6 +84,8 @@ class Candidate:
     injected: Injected = NOTHING_INJECTED
     kept_draft: ExtractionDraft | None = None
     private: PrivateTexts | None = None
+    # Set by the privacy phase: its memory is written held for the task's user.
+    held_for_author: bool = False
 
     @property
     def may_have_draft(self) -> bool:

@@ -92,13 +92,14 @@ class DecisionInvalid(ValueError):
 
 
 def consolidation_candidates(
-    *, task: Task, content: str, keywords: Sequence[str] = ()
+    *, task: Task, content: str, keywords: Sequence[str] = (), held: bool = False
 ) -> list[IdentityMemory]:
     """The project's active auto memories most similar to the new memory, best first.
 
     Full-text search over the project's memories for the new memory's keywords and text,
     at most `CONSOLIDATION_CANDIDATES`; a memory of this very task (a retried write) is
-    never a candidate.
+    never a candidate, nor one held for another author. A memory held for its author
+    (`held`) is also compared with that author's own held memories.
     """
     limit = conf.get("CONSOLIDATION_CANDIDATES")
     if limit <= 0:
@@ -107,7 +108,11 @@ def consolidation_candidates(
     text = " ".join([*keywords, content])
     # Room for the manual memories the search also finds, which are not candidates.
     found = memories_matching(
-        text=text, scope=MemoryScope.PROJECT, project_id=task.project_id, limit=limit * 3
+        text=text,
+        scope=MemoryScope.PROJECT,
+        project_id=task.project_id,
+        held_for=task.user_id if held else None,
+        limit=limit * 3,
     )
     return [
         memory
@@ -179,6 +184,7 @@ def memory_consolidation_decide(
     model: str,
     keywords: Sequence[str] = (),
     calls: SweepModelCalls | None = None,
+    held: bool = False,
 ) -> Decision:
     """Ask `model` how the task's new memory `content` joins the project's similar memories.
 
@@ -189,7 +195,7 @@ def memory_consolidation_decide(
     what its action needs, raises `ModelOutputInvalid` too. Never call it inside a
     transaction.
     """
-    candidates = consolidation_candidates(task=task, content=content, keywords=keywords)
+    candidates = consolidation_candidates(task=task, content=content, keywords=keywords, held=held)
     if not candidates:
         return Decision(Action.ADD, reason="no similar active memory in the project")
     messages = consolidation_messages(content=content, candidates=candidates)
@@ -231,7 +237,12 @@ def consolidation_decision(
         return None
     try:
         decision = memory_consolidation_decide(
-            task=candidate.task, content=content, keywords=keywords, model=model, calls=calls
+            task=candidate.task,
+            content=content,
+            keywords=keywords,
+            model=model,
+            calls=calls,
+            held=candidate.held_for_author,
         )
     except (ModelUnavailable, MemoryBudgetExhausted) as exc:
         if not prefs.fallback_to_deterministic:

@@ -1,13 +1,19 @@
-"""Privacy: a project memory never holds the text of a user-level memory.
+"""Privacy: a project memory never carries a user's private notes to the other members.
 
 User-level memories are private to their user, and a project memory is read by every
-member. So before a memory is written, its text (and a consolidation's merged text) is
-compared with the user-level memories of the task's user and of every member of the task's
-project (a member's private text can arrive through an inter-task message), in any status,
-and with those recorded at the task's injection (deleted or edited since). A match skips the
-task as `private_content`, as does a task that received memories whose text can no longer
-be checked. The comparison is by word shingles (`provenance`): a reworded private fact is
-not caught by it.
+member. Two rules, one by where the text came from, one by what it says:
+
+- **Consent.** A task that received its user's own (user-level) memories, in a project with
+  other members, may have reworded them anywhere in its answer, and no comparison of text
+  catches a paraphrase. Its memory is written held for its author (`visibility` author):
+  nobody else lists, reads, gets or finds it until the author shares it. The user's
+  `share_private_derived` setting shares such memories at once.
+- **Quotes.** Before any memory is written, its text (and a consolidation's merged text) is
+  compared with the user-level memories of the task's user and of every member of the
+  task's project (a member's private text can arrive through an inter-task message), in any
+  status, and with those recorded at the task's injection (deleted or edited since). A match
+  skips the task as `private_content`, as does a task that received memories whose text can
+  no longer be checked. The comparison is by word shingles (`provenance`).
 """
 
 from collections.abc import Sequence
@@ -27,8 +33,9 @@ class PrivateContent(Exception):
 
 
 def private_texts_read(candidates: Sequence[Candidate]) -> None:
-    """Set each candidate's `private`: what its project memory must never hold. Two queries
-    for the batch (the projects' members, their user-level memories)."""
+    """Set each candidate's `private` (what its project memory must never hold) and
+    `held_for_author` (consent). Two queries for the batch (the projects' members, their
+    user-level memories)."""
     if not candidates:
         return
     project_ids = {candidate.task.project_id for candidate in candidates}
@@ -50,6 +57,11 @@ def private_texts_read(candidates: Sequence[Candidate]) -> None:
         candidate.private = PrivateTexts(
             fingerprints=[fp for user_id in owners for fp in by_user.get(user_id, [])] + recorded,
             unverifiable=candidate.injected.unrecorded,
+        )
+        received_own = any(fp.scope == MemoryScope.USER for fp in candidate.injected.fingerprints)
+        others = members.get(task.project_id, set()) - {task.user_id}
+        candidate.held_for_author = (
+            received_own and bool(others) and not candidate.prefs.share_private_derived
         )
 
 

@@ -29,6 +29,7 @@ EXTRACTION_REASONS = (
     Reason.SUPERSEDED,
     Reason.SUPERSEDED_ON_WRITE,
     Reason.MERGED,
+    Reason.HELD_FOR_AUTHOR,
 )
 
 

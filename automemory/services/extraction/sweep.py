@@ -306,6 +306,7 @@ def _extract(
             previous_log=candidate.log,
             now=now,
             force=force,
+            held=candidate.held_for_author,
             discard_draft=candidate.may_have_draft,
         )
     except ModelCallCapReached:

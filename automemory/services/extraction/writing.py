@@ -8,10 +8,16 @@ others) or `noop` (already known). It is applied after locking, in id order, the
 active memory and the memories it names, and re-checking that those are still active auto
 memories of the project (else it is written as `add`, and the detail says why).
 
+A memory held for its author (privacy by consent: `held`) joins only that author's held
+memories of the goal: it never merges into, nor retires, a memory the project sees (such an
+answer is written as `add`, saying why), so nothing of a private note reaches the project
+before its author shares it.
+
 The database keeps the invariants whatever two writers do at once: one auto memory per
 source task, one provenance link per task, at most one active auto memory per (project,
-goal). Losing one of those races is an IntegrityError: the task's memory exists (another
-writer won; `AlreadyExtracted`) or the goal's active memory changed (written again).
+goal) that the project sees, and one per (project, goal, author) held for its author.
+Losing one of those races is an IntegrityError: the task's memory exists (another writer
+won; `AlreadyExtracted`) or the goal's active memory changed (written again).
 """
 
 import logging
@@ -34,6 +40,7 @@ from controlplane.models import (
     MemorySource,
     MemorySourceTask,
     MemoryStatus,
+    MemoryVisibility,
     Task,
 )
 from controlplane.services.instructions import instruction_flag_fields
@@ -95,6 +102,7 @@ def extraction_write(
     previous_log: AutoMemoryLog | None,
     now: datetime,
     force: bool,
+    held: bool = False,
     discard_draft: bool = True,
     attempts: int = 3,
 ) -> Verdict:
@@ -108,7 +116,12 @@ def extraction_write(
         try:
             with transaction.atomic():
                 written = memory_decision_apply(
-                    task=task, content=content, keywords=keywords, key=key, decision=decision
+                    task=task,
+                    content=content,
+                    keywords=keywords,
+                    key=key,
+                    decision=decision,
+                    held=held,
                 )
                 detail = "; ".join(part for part in (note, written.detail) if part)
                 verdict = Verdict(
@@ -152,19 +165,28 @@ def memory_decision_apply(
     keywords: Sequence[str],
     key: str,
     decision: Decision | None = None,
+    held: bool = False,
 ) -> WriteResult:
     """Write the task's memory as `decision` says (None: `add`); call inside a transaction.
 
-    Raises IntegrityError when another writer won a race on the per-task or per-goal
-    constraint (the caller retries or stops).
+    `held`: the memory is held for the task's user (see the module's docstring). Raises
+    IntegrityError when another writer won a race on the per-task or per-goal constraint
+    (the caller retries or stops).
     """
     decision = decision or Decision(Action.ADD)
     named = set(decision.memory_ids)
     if decision.memory_id is not None:
         named.add(decision.memory_id)
+    visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
     goal_current = Q(
-        project_id=task.project_id, goal_key=key, source=MemorySource.AUTO, status="active"
+        project_id=task.project_id,
+        goal_key=key,
+        source=MemorySource.AUTO,
+        status="active",
+        visibility=visibility,
     )
+    if held:
+        goal_current &= Q(created_by_id=task.user_id)
     locked = list(
         IdentityMemory.objects.select_for_update()
         .filter(goal_current | Q(pk__in=named))
@@ -176,18 +198,32 @@ def memory_decision_apply(
         if memory.project_id == task.project_id
         and memory.source == MemorySource.AUTO
         and memory.status == MemoryStatus.ACTIVE
+        and _may_change(memory, task=task, held=held)
     }
     current = next(
-        (m for m in usable.values() if m.goal_key == key and m.source_task_id != task.pk), None
+        (
+            m
+            for m in usable.values()
+            if m.goal_key == key and m.source_task_id != task.pk and m.visibility == visibility
+        ),
+        None,
     )
     gone = sorted(named - set(usable))
     note = ""
-    if decision.action != Action.ADD and gone:
+    if decision.action in (Action.UPDATE, Action.SUPERSEDE) and gone:
+        why = "is not the author's own" if held else "is no longer active in the project"
         note = (
-            f"{decision.action} not applied: memory {', '.join(map(str, gone))} is no longer "
-            "active in the project; written as a new memory"
+            f"{decision.action} not applied: memory {', '.join(map(str, gone))} {why}; "
+            "written as a new memory"
         )
         logger.info("auto memory: task %s: %s", task.pk, note)
+        decision = Decision(Action.ADD)
+    elif (
+        decision.action == Action.NOOP
+        and decision.memory_id not in usable
+        and not _known_by(decision.memory_id, locked, task=task)
+    ):
+        note = f"noop not applied: memory {decision.memory_id} is no longer active"
         decision = Decision(Action.ADD)
     if decision.action == Action.NOOP:
         return WriteResult(
@@ -198,12 +234,42 @@ def memory_decision_apply(
         )
     if decision.action == Action.UPDATE:
         return _merge(task, usable[decision.memory_id], decision=decision, keywords=keywords)
-    result = memory_add(task=task, content=content, keywords=keywords, key=key, current=current)
+    result = memory_add(
+        task=task, content=content, keywords=keywords, key=key, current=current, held=held
+    )
     if note:
         result.detail = "; ".join(part for part in (note, result.detail) if part)
     if decision.action == Action.SUPERSEDE:
         _supersede(result, decision=decision, current=current)
+    if held and result.reason != Reason.SUPERSEDED_ON_WRITE:
+        result.reason = Reason.HELD_FOR_AUTHOR
+        result.detail = "; ".join(
+            part
+            for part in (
+                "held for its author until shared (the task received their own memories)",
+                result.detail,
+            )
+            if part
+        )
     return result
+
+
+def _may_change(memory: IdentityMemory, *, task: Task, held: bool) -> bool:
+    """Whether a write of `task` may merge into or retire `memory`: one the project sees by
+    a write the project sees; the author's own held memory by a held write."""
+    if memory.visibility == MemoryVisibility.PROJECT:
+        return not held
+    return held and memory.created_by_id == task.user_id
+
+
+def _known_by(memory_id: int | None, locked: list[IdentityMemory], *, task: Task) -> bool:
+    """Whether `memory_id` is an active memory the task's user sees (a `noop` may name any)."""
+    for memory in locked:
+        if memory.pk == memory_id and memory.status == MemoryStatus.ACTIVE:
+            return memory.visibility == MemoryVisibility.PROJECT or (
+                memory.created_by_id == task.user_id
+            )
+    return False
 
 
 def _supersede(result: WriteResult, *, decision: Decision, current: IdentityMemory | None):
@@ -230,9 +296,10 @@ def memory_add(
     keywords: Sequence[str],
     key: str,
     current: IdentityMemory | None,
+    held: bool = False,
 ) -> WriteResult:
-    """Write the task's memory under the same-goal rule; `current`: the goal's active memory,
-    locked by the caller (None: there is none).
+    """Write the task's memory under the same-goal rule; `current`: the goal's active memory
+    of the same visibility (held: the author's own), locked by the caller (None: none).
 
     When `current`'s task finished later, the new memory is history from the start:
     written superseded by `current` (reason `superseded_on_write`). Otherwise `current`
@@ -249,6 +316,7 @@ def memory_add(
         goal_key=key,
         source_finished_at=task.finished_at,
         created_by_id=task.user_id,
+        visibility=MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT,
         **instruction_flag_fields(content),
     )
     if current is not None and finished_later(current, task):
