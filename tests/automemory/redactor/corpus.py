@@ -712,7 +712,7 @@ def _negatives(g: _Gen) -> list[Sample]:
         "postgres://user:<password>@localhost/app",
         "redis://:${REDIS_PASSWORD}@cache:6379",
         "https://user:{{ token }}@git.example.com/repo.git",
-        "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+        "AWS_ACCESS_KEY_ID=AKIAXXXXXXXXXXXXXXXX",
         "export OPENAI_API_KEY=sk-...",
         "GITHUB_TOKEN=ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
         "ANTHROPIC_API_KEY=sk-ant-xxxxxxxx",

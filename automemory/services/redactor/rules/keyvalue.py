@@ -212,6 +212,8 @@ def _value_ok(
 def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
     if m.group("ref") is not None:
         return False
+    if m.group("secret_bq") is not None and any(c.isspace() for c in value):
+        return False  # KEY=`etcdctl get /secret`: a command substitution, not a value
     pos = m.start()
     core = m.group("core").lower()
     if not _left_ok(text, pos, core):
@@ -253,7 +255,9 @@ _KEY_AT_END_RE = rx(_KEY + r"$", re.IGNORECASE)
 _XML_ELEMENT_RE = rx(
     r"""<(?P<name>(?:[A-Za-z_][\w.-]{0,64}+:)?[A-Za-z_][\w.-]{0,64}+)
     (?:[ \t][^<>\n]{0,200}+)?>
+    (?:\r?\n[ \t]{0,64}+)?                       # the value on its own line
     (?:<!\[CDATA\[(?P<secret_cdata>[^\]\n]*+)\]\]>|(?P<secret>[^<\n]++))
+    (?:\r?\n[ \t]{0,64}+)?
     </(?P=name)>"""
 )
 
@@ -352,9 +356,46 @@ def _short_flag_ok(m: re.Match[str], value: str, text: str) -> bool:
     return "login" in before and any(cmd in before for cmd in _LOGIN_COMMANDS)
 
 
-def _curl_user_ok(m: re.Match[str], value: str, text: str) -> bool:
-    before = line_before(text, m.start(), 1000)
-    return ("curl" in before or "CURL" in before) and not is_placeholder(value)
+_CURL_USER_RE = rx(
+    r"""[ \t](?:-u|--user)(?:[ \t]{1,4}|=)
+    (?:"(?P<u_in_dq>[^\s:"]{0,128}+):(?P<secret_in_dq>[^"\n]{0,256}+)"
+      |'(?P<u_in_sq>[^\s:']{0,128}+):(?P<secret_in_sq>[^'\n]{0,256}+)'
+      |(?:"(?P<u_dq>[^\s:"]{1,128}+)"|'(?P<u_sq>[^\s:']{1,128}+)'|(?P<u>[^\s:'"]{1,128}+)):
+        (?:"(?P<secret_dq>[^"\n]{1,256}+)"|'(?P<secret_sq>[^'\n]{1,256}+)'|(?P<secret>[^\s'"]++)))"""
+)
+_BRACKET_PLACEHOLDER_RE = re.compile(r"\[[A-Za-z_ -]{1,40}\]")
+
+
+def _curl_context(text: str, start: int) -> bool:
+    """``curl`` earlier on the line, or on lines joined to it by a trailing backslash."""
+    before = line_before(text, start, 1000)
+    lo = start - len(before)
+    for _ in range(6):
+        if "curl" in before or "CURL" in before:
+            return True
+        if lo < 2 or not text[max(0, lo - 3) : lo - 1].rstrip(" \t\r").endswith("\\"):
+            return False
+        before = line_before(text, lo - 1, 1000)
+        lo -= len(before) + 1
+    return False
+
+
+def _curl_spans(m: re.Match[str], text: str, memo: dict[str, object]) -> list[tuple[int, int]]:
+    """The password of ``curl -u user:password``; with an empty password (``-u KEY:``) the
+    user part, which is then the API key (Stripe, Mailgun)."""
+    user = next(g for g in ("u_in_dq", "u_in_sq", "u_dq", "u_sq", "u") if m.start(g) != -1)
+    secret = next(g for g in m.re.groupindex if g.startswith("secret") and m.start(g) != -1)
+    value, user_value = m.group(secret), m.group(user)
+    if user_value.startswith(("<", "[", "$", "{{")) or not _curl_context(text, m.start()):
+        return []  # <user:password>, [USER]:…, $1:$2, {{ .Values.user }}
+    if not value:
+        if len(user_value) < 8 or is_placeholder(user_value):
+            return []
+        return [m.span(user)]
+    braced_random = value[:1] == "{" and value[-1:] == "}" and looks_random(value[1:-1])
+    if (is_placeholder(value) and not braced_random) or _BRACKET_PLACEHOLDER_RE.fullmatch(value):
+        return []  # $2, ${password}, {token}, [PASSWORD]; "{ZqL5kVrX1n8tA2}" is a value
+    return [m.span(secret)]
 
 
 # setenv KEY value (csh), set -gx KEY value (fish), ENV KEY value (Dockerfile),
@@ -611,17 +652,35 @@ RULES: tuple[Rule, ...] = (
         "curl-user",
         "curl user password",
         "curl -u user:password / --user user:password",
-        (" -u", " --user"),
-        rx(
-            r"""[ \t](?:-u|--user)(?:[ \t]{1,4}|=)["']?[^\s:'"]{1,128}+:
-            (?P<secret>[^\s'"]++)"""
-        ),
-        _curl_user_ok,
+        (" -u", " --user", "\t-u", "\t--user"),
+        _CURL_USER_RE,
+        None,
         (
             "curl -u alice:«pA55w0rd» https://h",
             "curl --user 'alice:«pA55w0rd»' https://h",
+            'curl -s -v --user "j.smith:«dB2yF6@qL9vZm1P#4J»" "https://api.h/me"',
+            "curl --user kevin:'«pRf7vG2h1L8nQkW9»' -iX PATCH https://h",
+            'curl -X POST --user "{acd3c08b-74e8}":"«{ZqL5kVrX1n8tA2}»" https://h',
+            'curl -u ":«d2LkV78zLx!t»" https://localhost:9200',
+            'curl https://api.stripe.com/v1/charges -u "«' + _P + '»:"',
+            "curl -k -X POST https://h/rest \\\n  -H 'Accept: text/plain' \\\n"
+            "  -u developer:«yqDVtkqPECriaLRi»",
+            "curl --cacert ca.crt -u elastic:«P@ssw0rd$1» https://localhost:9200",
         ),
-        ("curl -u $USER:$PASS https://example.com", "docker run -u 1000:1000 app"),
+        (
+            "curl -u $USER:$PASS https://example.com",
+            "docker run -u 1000:1000 app",
+            'curl -sL --user "$1:$2" "$3" > "$4"',
+            "curl -u <user:password> https://test.com/endpoint",
+            "curl --user neo4j:[PASSWORD] http://[IP]:7474/db/data/",
+            'curl -u "${{ secrets.API_USER }}:${{ secrets.API_PASSWORD }}" https://h',
+            'curl -u "{{ .Values.user }}:{{ .Values.password }}" https://h',
+            'curl -u "${username}":"${password}" https://h',
+            'curl -u "myusername" http://localhost:15130/api/check_user/',
+            "ssh -u deploy:staging host",
+            "echo ok \\\n  -u developer:yqDVtkqPECriaLRi",
+        ),
+        spans=_curl_spans,
     ),
     Rule(
         "env-command",

@@ -8,29 +8,49 @@ from __future__ import annotations
 
 import re
 
-from automemory.services.redactor.base import Rule, Validator, fake, is_placeholder, rx
+from automemory.services.redactor.base import (
+    Rule,
+    Validator,
+    fake,
+    in_url_path,
+    is_identifier_words,
+    is_placeholder,
+    looks_random,
+    rx,
+)
 
 _EDGE = "A-Za-z0-9_-"
 
 
-def _token_ok(full_length: int = 0) -> Validator:
+def _token_ok(full_length: int = 0, letters_ok: int = 0) -> Validator:
     """Reject docs placeholders (``ghp_xxxx…``, ``AKIA…EXAMPLE``, ``sk-...``).
 
     Below ``full_length`` (a shortened token, ``ghp_abc123``), the body must hold a digit
-    or an upper-case letter, so ``ghp_token`` or ``sk-learn`` stay.
+    or an upper-case letter (or be ``letters_ok``+ letters), so ``ghp_token`` or
+    ``sk-learn`` stay.
+    References are kept: a path segment of a URL (``github.com/xoxa-nyc/…``) unless the
+    token is whole or looks generated, a file name (``video_box.ico-7a38….png``), an
+    identifier made of words (``hf_requiredCharacteristicTypes…``), a piece of a base64 run.
     """
 
     def check(m: re.Match[str], value: str, text: str) -> bool:
         body = m.group("body") if "body" in m.re.groupindex else value
-        if is_placeholder(value) or is_placeholder(body):
-            return False
-        low = body.lower()
-        if low.endswith(("example", "examplekey")):
+        if is_placeholder(value) or is_placeholder(body) or is_identifier_words(body):
             return False
         if len(body) >= 16 and len(set(body)) < 5:
             return False
+        start, end = m.span("secret") if "secret" in m.re.groupindex else m.span()
+        before = text[start - 2 : start]
+        if len(before) == 2 and before[1] in ".+" and before[0].isalnum():
+            return False  # video_box.ico-…, …RvfQ+EZAK…: inside a name or a base64 run
+        whole = full_length and len(body) >= full_length
+        prefixed = "body" in m.re.groupindex  # a webhook URL is a provider format as a whole
+        if prefixed and not whole and in_url_path(text, start, end) and not looks_random(body):
+            return False
         if full_length and len(body) < full_length:
-            return any(c.isdigit() or c.isupper() for c in body)
+            return any(c.isdigit() or c.isupper() for c in body) or (
+                bool(letters_ok) and len(body) >= letters_ok and body.isalpha()
+            )
         return True
 
     return check
@@ -50,6 +70,7 @@ def token(
     full_length: int = 0,
     backoff: int = 0,
     long_only: bool = True,
+    letters_ok: int = 0,
 ) -> Rule:
     """A prefixed token: ``prefix`` (case-sensitive regex) then ``body``, bounded by ``edge``.
 
@@ -64,7 +85,7 @@ def token(
         description or label,
         anchors,
         pattern,
-        _token_ok(full_length),
+        _token_ok(full_length, letters_ok),
         true_positives,
         false_positives,
         backoff=backoff,
@@ -89,9 +110,10 @@ RULES: tuple[Rule, ...] = (
         true_positives=(
             "AWS_ACCESS_KEY_ID=«AKIA" + fake("upper", 16) + "»",
             _prose("ASIA" + fake("upper", 16, 3)),
+            "AWS_ACCESS_KEY_ID=«AKIAIOSFODNN7EXAMPLE»",
         ),
         false_positives=(
-            "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+            "AWS_ACCESS_KEY_ID=<your-access-key-id>",
             "The Asia-Pacific region is cheaper.",
             "AKIA" + fake("upper", 12),
         ),
@@ -113,6 +135,7 @@ RULES: tuple[Rule, ...] = (
         r"gh[pousr]_",
         r"[A-Za-z0-9]{4,}+",
         full_length=36,
+        letters_ok=8,
         description="GitHub tokens of any length: ghp_ (classic PAT), gho_ (OAuth), ghu_ "
         "(user-to-server), ghs_ (server-to-server), ghr_ (refresh)",
         true_positives=(
@@ -121,13 +144,31 @@ RULES: tuple[Rule, ...] = (
             "token «ghp_abc123» leaked",
             "«gho_Ab3x»",
             "«ghs_" + fake(B62, 850, 2) + "»",
+            "«gho_abcdefghijklmnopqrst»",
+            "git clone https://«ghp_" + fake(B62, 36, 7) + "»@github.com/o/r.git",
         ),
         false_positives=(
             "GITHUB_TOKEN=ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
             "  - Token: gho_************************************",
             "ghp_token is the variable",
             "gh_pages branch",
+            "ghp_abcdef",
+            "token: ${{ secrets.GHP_TOKEN }}",
         ),
+    ),
+    token(
+        "cloudflare-origin-ca-key",
+        "Cloudflare origin CA key",
+        ("v1.0-",),
+        r"v1\.0-",
+        r"[a-f0-9]{24}-[a-f0-9]{146}",
+        description="Cloudflare origin CA key: v1.0- + 24 hex + - + 146 hex",
+        true_positives=(
+            "CLOUDFLARE_ORIGIN_CA: «v1.0-" + fake(HEX, 24) + "-" + fake(HEX, 146, 1) + "»",
+            "<cloudflareToken>\n    «v1.0-" + fake(HEX, 24, 2) + "-" + fake(HEX, 146, 3) + "»\n"
+            "</cloudflareToken>",
+        ),
+        false_positives=("api/v1.0-beta/users", "release v1.0-" + fake(HEX, 24)),
     ),
     token(
         "github-fine-grained-pat",
@@ -173,7 +214,13 @@ RULES: tuple[Rule, ...] = (
             "«xoxb-abc»",
             _prose("xapp-1-A0123456789-1234567890123-" + fake(HEX, 64)),
         ),
-        false_positives=("xoxb-your-token", "SLACK_BOT_TOKEN=xoxb-...", "xoxb- tokens"),
+        false_positives=(
+            "xoxb-your-token",
+            "SLACK_BOT_TOKEN=xoxb-...",
+            "xoxb- tokens",
+            "https://github.com/xoxa-nyc/xoxa-nyc.github.io/blob/master/README.md",
+            "see https://example.com/docs/xoxb-tokens/rotation",
+        ),
     ),
     Rule(
         "slack-webhook",
@@ -329,8 +376,16 @@ RULES: tuple[Rule, ...] = (
         ("hf_", "api_org_"),
         r"hf_|api_org_",
         r"[A-Za-z0-9]{30,}+",
-        true_positives=("HF_TOKEN=«hf_" + fake(B62, 34) + "»",),
-        false_positives=("hf_hub_download(repo_id)", "api_org_name"),
+        true_positives=(
+            "HF_TOKEN=«hf_" + fake(B62, 34) + "»",
+            "login(token='«hf_" + fake(B62, 34, 2) + "»')",
+        ),
+        false_positives=(
+            "hf_hub_download(repo_id)",
+            "api_org_name",
+            "- (id)hf_requiredCharacteristicTypesForDisplayMetadata;",
+            "self.hf_DownloadProgressCallbackHandler = None",
+        ),
     ),
     token(
         "digitalocean-token",
@@ -671,7 +726,14 @@ RULES: tuple[Rule, ...] = (
             "PREFECT_API_KEY=«pnu_" + fake(B62, 36) + "»",
             "oc login --token=«sha256~" + fake(B62, 43) + "»",
             "«dt0c01." + fake("upper", 24) + "." + fake("upper", 64, 1) + "»",
+            "INFRACOST_API_KEY=«ico-" + fake(B62, 32, 4) + "»",
         ),
-        false_positives=("ico-file.png", "rnd_seed = 42", "sha256:" + fake(HEX, 64)),
+        false_positives=(
+            "ico-file.png",
+            "rnd_seed = 42",
+            "sha256:" + fake(HEX, 64),
+            "/assets/media_box/video_box.ico-7a388b69018576d24b59331fd60aab0c.png",
+            "…/video_box.ico-7a388b69018576d24b59331fd60aab0c.png",
+        ),
     ),
 )
