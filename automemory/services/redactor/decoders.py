@@ -1,6 +1,6 @@
 """Decoders: the text as the rules should see it, for secrets written in disguise.
 
-A secret can be written so that no rule sees it: ``ｇｈｐ＿…`` in full-width forms, a
+A secret can be written so that no rule sees it: ``ghp_…`` in full-width forms, a
 token split by a zero-width space, ``postgres%3A%2F%2Fadmin%3A…``, ``password&#61;…``, a
 base64-encoded database URL.  Each decoder builds one *view* of the text: only the lines
 (or blobs) it changes, decoded once, with the original span of every decoded character.
@@ -240,26 +240,31 @@ def _b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
 
 
+def _wide(s: str) -> str:
+    """``s`` in full-width forms (U+FF01..U+FF5E), as a phone keyboard may type it."""
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in s)
+
+
 _T = fake("b62", 36)
 
 DECODERS: tuple[Decoder, ...] = (
     Decoder(
         "unicode-compat",
         "compatibility forms",
-        "full-width and other compatibility forms folded by NFKC (ｇｈｐ＿… → ghp_…, "
-        "ｐａｓｓｗｏｒｄ＝… → password=…)",
+        "full-width and other compatibility forms folded by NFKC (a full-width ghp_… or "
+        "password=… reads as the ASCII one)",
         compat_view,
         (
-            "«ｇｈｐ＿" + "".join(chr(ord(c) + 0xFEE0) for c in _T) + "»",
-            "ｐａｓｓｗｏｒｄ＝«ｈｕｎｔｅｒ２２»",
-            "token：\u3000«" + "".join(chr(ord(c) + 0xFEE0) for c in fake("b62", 24, 2)) + "»",
+            "«" + _wide("ghp_" + _T) + "»",
+            _wide("password=") + "«" + _wide("hunter22") + "»",
+            "token" + _wide(":") + "\u3000«" + _wide(fake("b62", 24, 2)) + "»",
         ),
         (
-            "ｐａｓｓｗｏｒｄ",
-            "パスワードを変更しました。",
-            "ﬁle size ≤ 10 MB, x² + y²",
-            "Ｔｏｋｅｎ：ｎｏｎｅ",
-            "café déjà vu",
+            _wide("password"),
+            "\u30d1\u30b9\u30ef\u30fc\u30c9\u3092\u5909\u66f4\u3057\u307e\u3057\u305f",
+            "\ufb01le size \u2264 10 MB, x\u00b2 + y\u00b2",
+            _wide("Token:none"),
+            "caf\u00e9 d\u00e9j\u00e0 vu",
         ),
     ),
     Decoder(
@@ -278,7 +283,7 @@ DECODERS: tuple[Decoder, ...] = (
         (
             "👩\u200d💻 deployed the fix",
             "\ufeffREADME",
-            "می\u200cخواهم",
+            "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
             "token\u200b is required",
         ),
     ),

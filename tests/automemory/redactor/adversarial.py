@@ -89,7 +89,9 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "percent escapes of a key, one line": lambda n: _rep("password%3D%22", n),
     "HTML entities, one line": lambda n: _rep("&#61;", n),
     "HTML named entities and ampersands": lambda n: _rep("&quot;&&amp", n),
-    "full-width text, one line": lambda n: _rep("ｐａｓｓｗｏｒｄ＝", n),
+    "full-width text, one line": lambda n: _rep(
+        "".join(chr(ord(c) + 0xFEE0) for c in "password="), n
+    ),
     "zero-width spaces between letters": lambda n: _rep("t\u200b", n),
     "base64 blobs of text, repeated": lambda n: _rep("cGFzc3dvcmQ9eHl6eHl6eHl6 ", n),
     "one base64 blob of text": lambda n: "cGFzc3dvcmQ9" + "eHl6" * (n // 4),
