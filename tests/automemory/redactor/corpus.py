@@ -1291,16 +1291,21 @@ def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
 
     The issue 8 part has its own generator, so the earlier samples stay byte-identical.
     """
+    from tests.automemory.redactor.corpus19 import build_issue19_corpus
+
     g = _Gen(seed)
     g8 = _Gen(seed + "-issue8")
     prose = _prose_password_samples(_Gen(seed + "-prose"))
+    issue19 = build_issue19_corpus(seed)
     return (
         _positives(g)
         + _issue8_positives(g8)
         + [s for s in prose if s.positive]
+        + [s for s in issue19 if s.positive]
         + _negatives(g)
         + _issue8_negatives(g8)
         + [s for s in prose if not s.positive]
+        + [s for s in issue19 if not s.positive]
     )
 
 
