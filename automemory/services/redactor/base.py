@@ -141,10 +141,17 @@ def is_placeholder(value: str) -> bool:
     return is_masked_prefix(v)
 
 
+_MASK_RUN_RE = re.compile(r"[*xX.•…]{4,}")
+
+
 def is_masked_prefix(v: str) -> bool:
-    """``sk-...``, ``ghp_xxxxxxxx``, ``gho_****``: a short visible prefix, then a mask."""
+    """``sk-...``, ``ghp_xxxxxxxx``, ``gho_****``: a short visible prefix, then a mask;
+    ``xxxxxxxx.atlasv1.xxxxxxxxxxxx``: masks around a short visible infix."""
     kept = v.rstrip("*xX.•…")
-    return len(v) - len(kept) >= 3 and len(kept) <= 12
+    if len(v) - len(kept) >= 3 and len(kept) <= 12:
+        return True
+    unmasked = _MASK_RUN_RE.sub("", v)
+    return len(v) - len(unmasked) >= 16 and len(unmasked) <= 12
 
 
 _CAMEL_WORDS_RE = re.compile(r"[a-z]{2,}(?:[A-Z][a-z]{2,}){2,}[A-Za-z]*|(?:[A-Z][a-z]{2,}){3,}")

@@ -58,7 +58,7 @@ _KV_RE = rx(
     (?P<type>(?:[ \t]{1,4}|[ \t]{0,4}:[ \t]{0,4})
         (?:string|String|str|&str|&'static[ ]str|\[\]byte|SecretStr|char[ ]?\*)
         (?=[ \t]{0,4}[:=?.+|]))?                # Go/TS/Kotlin/Rust type annotation
-    [ \t]{0,4}
+    [ \t]{0,24}+                                # aligned: password       = "…"
     (?P<sep>:::=|::=|:=|\?\?=|\|\|=|\?=|\.=|\+=|=>|<-|=(?![=~>])|:(?![:/\\])
         |(?:,|===?|!==?)(?=[ \t]{0,4}[rRbBfFuU@]{0,2}["'`]))  # setter arg, comparison
     [ \t]{0,4}
@@ -151,6 +151,8 @@ def _is_name(value: str, *, setter: bool) -> bool:
     if len(value) > 48 or not _NAME_RE.fullmatch(value):
         return False
     low = value.lower()
+    if any(len(p) >= 16 and looks_random(p) for p in re.split(r"[_-]", value)):
+        return False  # test_pub_04bfcfa73b7009a31d4a97018ffef85: a key with a prefix
     if setter and re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", value):
         return True  # @sensitive_post_parameters('password', 'credit_card')
     if not any(w in low for w in _NAME_WORDS):
@@ -192,7 +194,12 @@ def _value_ok(
             return False  # os.getenv(...), os.environ[...], "no token": lambda: …
         if not password and _TYPE_NAME_RE.fullmatch(v):
             return False  # private_key: PKCS7PrivateKeyTypes (a type annotation)
-        if _DOTTED_RE.fullmatch(v) and not any(c.isdigit() for c in v.split(".")[0]):
+        parts = v.split(".")
+        if (
+            _DOTTED_RE.fullmatch(v)
+            and not any(c.isdigit() for c in parts[0])
+            and not any(len(p) >= 16 and looks_random(p) for p in parts[1:])
+        ):
             return False  # attribute chain: settings.SECRET_KEY, self.token, var.pw
         low = v.lower()
         if low == key or key.endswith(low) or low.endswith(core):
@@ -448,6 +455,7 @@ RULES: tuple[Rule, ...] = (
             "if password == '«hunter22»':",
             'char my_password[] = "«hunter22»";',
             '<dataSource url="jdbc:postgresql://db/app" user="app" password="«hunter22»" />',
+            'password       = "«rootpasswd»"',
         ),
         (
             "password=",
@@ -496,6 +504,10 @@ RULES: tuple[Rule, ...] = (
             'ENV["API_TOKEN"] = "«' + _P + '»"',
             'api_token <- "«' + _P + '»"',
             '{"auths": {"r.example.com": {"auth": "«' + fake("b64", 40) + '»"}}}',
+            "harnessToken=«pat." + fake("b62", 22) + "." + fake("b62", 24, 1) + "»",
+            "vault_token: «s." + fake("b62", 24, 2) + "»",
+            'System.setProperty("LOB_TOKEN", "«test_pub_' + fake("hex", 31) + '»");',
+            "GOCARDLESS_TOKEN = '«live_" + fake("b62", 40, 3) + "»'",
         ),
         (
             "token = os.environ['TOKEN']",
@@ -545,6 +557,13 @@ RULES: tuple[Rule, ...] = (
             '"nextForwardToken": "f/31961209122447488583055879464742346735121166569214640130",',
             '"PolicyUpdateToken": "1:X9QGexP7HASDlsFp+G31Iw==",',
             '<assemblyIdentity name="Microsoft.VC90.CRT" publicKeyToken="1fc8b3b9a1e18e3b"/>',
+            "SUMO_ACCESS_KEY=`etcdctl get /sumologic_secret`",
+            "-e SUMO_ACCESS_KEY=`etcdctl get /sumologic_secret`",
+            "API_TOKEN=$(vault read -field=token secret/ci)",
+            'token: "${{ secrets.DEPLOY_TOKEN }}"',
+            "export API_TOKEN=${API_TOKEN:-}",
+            "secret_key = self.settings.secret_key",
+            'token        = "xxxxxxxxxxxxxx.atlasv1.xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"',
         ),
     ),
     Rule(

@@ -27,11 +27,12 @@ PROVIDER_SHAPES: dict[str, tuple[re.Pattern[str], tuple[str, ...]]] = {
     "hubspot": (re.compile(_UUID), ()),
     "mailchimp": (re.compile(r"[a-f0-9]{32}-us[0-9]{1,2}"), ()),
     "messagebird": (re.compile(r"[a-z0-9]{25}|" + _UUID), ("clientid", "client_id")),
+    "sourcegraph": (re.compile(r"[a-fA-F0-9]{40}"), ()),
 }
 
 _KEYWORDED_RE = rx(
     r"""(?<![A-Za-z])(?P<kw>sonar|snyk|sumo|cloudflare|heroku|hubspot|mailchimp
-        |message[_.-]?bird)
+        |message[_.-]?bird|sourcegraph)
     (?P<tail>[A-Za-z0-9_.-]{0,40}+)
     \\?["'\]]?[ \t]{0,4}
     (?::::=|::=|:=|\?=|=>|=(?![=~>])|:|,)[ \t]{0,4}
@@ -42,7 +43,7 @@ _KEYWORDED_RE = rx(
 
 def _keyworded_ok(m: re.Match[str], value: str, text: str) -> bool:
     written = m.group("kw")
-    if written not in (written.lower(), written.capitalize(), written.upper()):
+    if written[-1].isupper() and not written.isupper():
         return False  # sumObj = …: a word that starts like the provider, not its name
     kw = re.sub(r"[_.-]", "", written.lower())
     shape, extra = PROVIDER_SHAPES[kw]
@@ -63,9 +64,10 @@ RULES: tuple[Rule, ...] = (
         "a value of a provider's own shape assigned to a key that names the provider: "
         "SonarQube (sonar…login/token, 40 chars), Snyk (UUID), Sumo Logic (su + 12 access id, "
         "64-char key), Cloudflare (37 hex global key, 40-char token), Heroku and HubSpot "
-        "(UUID), Mailchimp (32 hex-usN), MessageBird",
+        "(UUID), Mailchimp (32 hex-usN), MessageBird, Sourcegraph (40 hex)",
         (
             *("sonar", "snyk", "sumo", "cloudflare", "heroku", "hubspot", "mailchimp"),
+            "sourcegraph",
             *("messagebird", "message_bird", "message-bird", "message.bird"),
         ),
         _KEYWORDED_RE,
@@ -81,6 +83,8 @@ RULES: tuple[Rule, ...] = (
             'cloudflare: "«' + fake("hex", 37) + '»"',
             "const hubspotKey = '«" + _U + "»';",
             'MAILCHIMP_KEY = "«' + fake("hex", 32) + '-us18»"',
+            "sourcegraph: «" + fake("hex", 40, 5) + "»",
+            'const MessageBirdClientID = "«' + _U + '»"',
         ),
         (
             "sumObj = suGyI5imvADdvU",

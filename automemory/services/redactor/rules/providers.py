@@ -699,6 +699,7 @@ RULES: tuple[Rule, ...] = (
         (
             "dt0c01.",
             "ezak",
+            "eztk",
             "flwseck",
             "fo1_",
             "pnu_",
@@ -727,6 +728,7 @@ RULES: tuple[Rule, ...] = (
             "oc login --token=«sha256~" + fake(B62, 43) + "»",
             "«dt0c01." + fake("upper", 24) + "." + fake("upper", 64, 1) + "»",
             "INFRACOST_API_KEY=«ico-" + fake(B62, 32, 4) + "»",
+            "«EZTK" + fake(B62, 54, 5) + "»",
         ),
         false_positives=(
             "ico-file.png",
