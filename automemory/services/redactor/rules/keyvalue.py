@@ -144,6 +144,7 @@ def _is_not_secret_key(key: str) -> bool:
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+_SNAKE_WORDS_RE = re.compile(r"[a-z]{2,}(?:_[a-z]{2,})+")
 
 
 def _is_name(value: str, *, setter: bool) -> bool:
@@ -179,6 +180,8 @@ def _value_ok(
     if quoted:
         if _is_label(v) or (v[0] == "_" and _IDENT_RE.fullmatch(v)):
             return False  # "Password must be…", session_key = "_messages" (a name)
+        if core == "key" and _SNAKE_WORDS_RE.fullmatch(v):
+            return False  # RUN_SUMMARY_SESSION_KEY = "console_run_summary": a dict key
         if v.startswith("+ ") or v.endswith(" +"):
             return False  # 'Credential=' + access_key + '…': code between two literals
         if not password and " " in v and re.fullmatch(r"[a-z ]+", v):
@@ -563,6 +566,7 @@ RULES: tuple[Rule, ...] = (
             'token: "${{ secrets.DEPLOY_TOKEN }}"',
             "export API_TOKEN=${API_TOKEN:-}",
             "secret_key = self.settings.secret_key",
+            'RUN_SUMMARY_SESSION_KEY = "console_run_summary"',
             'token        = "xxxxxxxxxxxxxx.atlasv1.xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"',
         ),
     ),
