@@ -223,6 +223,8 @@ def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
         return False
     if m.group("secret_bq") is not None and any(c.isspace() for c in value):
         return False  # KEY=`etcdctl get /secret`: a command substitution, not a value
+    if m.group("secret") is not None and m.start("sep") - m.end("tail") > 5:
+        return False  # token          = 1*tchar: a grammar or a table; aligned values are quoted
     pos = m.start()
     core = m.group("core").lower()
     if not _left_ok(text, pos, core):
@@ -451,6 +453,7 @@ RULES: tuple[Rule, ...] = (
             "secret_key = self.settings.secret_key",
             'RUN_SUMMARY_SESSION_KEY = "console_run_summary"',
             'token        = "xxxxxxxxxxxxxx.atlasv1.xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"',
+            "# token          = 1*tchar",
         ),
     ),
     Rule(
