@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from automemory.services.extractor import process_auto_memories
+from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.redactor import REDACTED, redact, secret_kinds
 from controlplane.models import IdentityMemory, MemorySource
 from tests.controlplane.helpers import post_json
