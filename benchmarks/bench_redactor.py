@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_redactor.py [--quick] [--baseline FILE] [--save]
+    .venv/bin/python benchmarks/bench_redactor.py [--quick] [--cpu] [--baseline FILE]
+        [--redactor-root DIR] [--samples FILE.jsonl] [--save]
 
 It prints, in one run:
 
@@ -12,13 +13,21 @@ It prints, in one run:
    worst one's time as a ratio of the ordinary text's;
 3. recall / false-positive rate / MB/s on the labelled corpus (tests/automemory/redactor/corpus.py),
    whole and its issue 8 part (short values, every assignment syntax, newer provider
-   formats), for this redactor and for detect-secrets used as a library (default plugins
-   and filters, ``detect_secrets.core.scan.scan_line``), plus detect-secrets' MB/s on the
-   1 MB agent output.
+   formats) and its issue 19 part (secrets in disguise, the residue forms and the
+   reference forms that were damaged), for this redactor and for detect-secrets used as a
+   library (default plugins and filters, ``detect_secrets.core.scan.scan_line``), plus
+   detect-secrets' MB/s on the 1 MB agent output;
+4. with ``--samples FILE.jsonl``, recall and changed negatives on an external labelled set:
+   one JSON object a line, ``{"rule": ..., "kind": "tp"|"fp", "text": ..., "secrets": [...]}``
+   (e.g. another scanner's rule samples, exported outside this repository).
 
 ``--baseline FILE`` also measures another redactor module (any file defining ``redact``,
 e.g. ``git show <rev>:automemory/services/redactor.py > /tmp/old.py``) on the same text
 and corpus in the same run, for before/after figures on one machine state.
+``--redactor-root DIR`` measures the ``automemory`` package found in DIR instead (an older
+copy of the package, e.g. ``git archive <rev> automemory | tar -x -C DIR``) on this
+checkout's text and corpus; ``--cpu`` times with the process CPU clock, steadier than the
+wall clock on a shared machine.
 
 ``--save`` writes the output to docs/figures/bench_redactor.txt. This is a benchmark, not a
 test: nothing here asserts timings.
@@ -35,9 +44,15 @@ from pathlib import Path
 
 import harness
 
-from automemory.services.redactor import RULES, redact
-from tests.automemory.redactor.adversarial import ADVERSARIAL
-from tests.automemory.redactor.corpus import Sample, build_corpus, build_issue8_corpus
+# --redactor-root DIR must take effect before the first import of the redactor below.
+if "--redactor-root" in sys.argv:
+    sys.path.insert(0, sys.argv[sys.argv.index("--redactor-root") + 1])
+CLOCK = time.process_time if "--cpu" in sys.argv else time.perf_counter
+
+from automemory.services.redactor import RULES, redact  # noqa: E402
+from tests.automemory.redactor.adversarial import ADVERSARIAL  # noqa: E402
+from tests.automemory.redactor.corpus import Sample, build_corpus, build_issue8_corpus  # noqa: E402
+from tests.automemory.redactor.corpus19 import build_issue19_corpus  # noqa: E402
 
 ROOT = harness.BASE_DIR
 
@@ -146,9 +161,9 @@ def build_agent_output(size: int = MB, seed: int = 7) -> str:
 def _best_time(fn: Callable[[], object], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = CLOCK()
         fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, CLOCK() - start)
     return best
 
 
@@ -236,6 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=MB, help="agent-output size (chars)")
     parser.add_argument("--quick", action="store_true", help="skip detect-secrets on 1 MB")
     parser.add_argument("--baseline", metavar="FILE", help="also measure this redactor module")
+    parser.add_argument("--samples", metavar="FILE", help="also score a labelled JSONL sample set")
+    parser.add_argument("--redactor-root", metavar="DIR", help="measure DIR's automemory package")
+    parser.add_argument("--cpu", action="store_true", help="time with the process CPU clock")
     args = parser.parse_args(argv)
     with harness.run(args, database=False):
         run(args)
@@ -250,7 +268,10 @@ def run(args) -> None:
     size_mb = len(text.encode()) / MB
     anchors = {anchor for rule in RULES for anchor in rule.anchors}
     print(f"Python {sys.version.split()[0]}; agent output {len(text):,} chars ({size_mb:.2f} MB)")
-    print(f"{len(RULES)} rules, {len(anchors)} distinct anchors")
+    import automemory.services.redactor as measured
+
+    print(f"{len(RULES)} rules, {len(anchors)} distinct anchors; {measured.__file__}")
+    print(f"clock: {'process CPU time' if args.cpu else 'wall time'}")
 
     for label, redact_fn in redactors:
         # 1. throughput on ordinary text
@@ -278,8 +299,12 @@ def run(args) -> None:
     for title, corpus in (
         ("Labelled corpus", build_corpus()),
         ("Issue 8 part", build_issue8_corpus()),
+        ("Issue 19 part", build_issue19_corpus()),
     ):
         _print_corpus_table(title, corpus, redactors)
+    if args.samples:
+        for label, redact_fn in redactors:
+            _print_samples(label, Path(args.samples), redact_fn)
 
     if not args.quick:
         ds = DetectSecrets(entropy=True)
@@ -295,6 +320,33 @@ def run(args) -> None:
             )
         finally:
             ds.close()
+
+
+def _print_samples(label: str, path: Path, redact_fn: Callable[[str], str]) -> None:
+    """Recall (each listed secret gone) and changed negatives on an external sample set."""
+    import json
+
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    caught = total = negatives = changed = 0
+    missed: dict[str, int] = {}
+    for record in records:
+        out = redact_fn(record["text"])
+        if record["kind"] == "tp":
+            for secret in record.get("secrets") or ():
+                total += 1
+                if secret in out:
+                    missed[record["rule"]] = missed.get(record["rule"], 0) + 1
+                else:
+                    caught += 1
+        else:
+            negatives += 1
+            changed += out != record["text"]
+    print(
+        f"\n[{label}] {path.name}: recall {caught / max(total, 1):.2%} of {total} secrets "
+        f"({len(records) - negatives} samples); {changed} of {negatives} negatives changed"
+    )
+    worst = sorted(missed.items(), key=lambda kv: -kv[1])[:8]
+    print("  most missed: " + ", ".join(f"{rule} {n}" for rule, n in worst))
 
 
 def _print_corpus_table(

@@ -7,7 +7,17 @@ module per family under ``rules/``, each with its own true- and false-positive s
 """
 
 from automemory.services.redactor.base import REDACTED, Rule
+from automemory.services.redactor.decoders import DECODERS, Decoder
 from automemory.services.redactor.engine import find_secrets, redact, secret_kinds
 from automemory.services.redactor.rules import RULES
 
-__all__ = ["REDACTED", "RULES", "Rule", "find_secrets", "redact", "secret_kinds"]
+__all__ = [
+    "DECODERS",
+    "REDACTED",
+    "RULES",
+    "Decoder",
+    "Rule",
+    "find_secrets",
+    "redact",
+    "secret_kinds",
+]

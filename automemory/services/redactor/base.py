@@ -103,6 +103,7 @@ _PLACEHOLDER_PHRASE_WORDS = (
 _REFERENCE_RE = re.compile(
     r"""
       \$[A-Za-z_][A-Za-z0-9_]*                  # $VAR
+    | \$[0-9#@*?!$-]                            # $1, $@, $*: positional and special
     | \$\{\{.*\}\}                              # ${{ secrets.X }}
     | \$\{[^{}]*\}                              # ${VAR}, ${VAR:-default}
     | \$\(.*\)                                  # $(command)
@@ -135,17 +136,53 @@ def is_placeholder(value: str) -> bool:
         return True  # ***, xxxx, ..., but "x" alone is a value
     if _REFERENCE_RE.fullmatch(v) or v.startswith(("$(", "${", "`")):
         return True  # also a substitution cut at a space: --password=$(cat /run/pw)
-    if v.endswith(("EXAMPLE", "EXAMPLEKEY")) and v.isascii() and " " not in v:
-        return True  # the documentation convention: AKIAIOSFODNN7EXAMPLE
     if _PHRASE_RE.fullmatch(v) and any(w in low for w in _PLACEHOLDER_PHRASE_WORDS):
         return True  # your-api-key-here, YOUR_API_KEY, REPLACE_ME
     return is_masked_prefix(v)
 
 
+_MASK_RUN_RE = re.compile(r"[*xX.•…]{4,}")
+
+
 def is_masked_prefix(v: str) -> bool:
-    """``sk-...``, ``ghp_xxxxxxxx``, ``gho_****``: a short visible prefix, then a mask."""
+    """``sk-...``, ``ghp_xxxxxxxx``, ``gho_****``: a short visible prefix, then a mask;
+    ``xxxxxxxx.atlasv1.xxxxxxxxxxxx``: masks around a short visible infix."""
     kept = v.rstrip("*xX.•…")
-    return len(v) - len(kept) >= 3 and len(kept) <= 12
+    if len(v) - len(kept) >= 3 and len(kept) <= 12:
+        return True
+    unmasked = _MASK_RUN_RE.sub("", v)
+    return len(v) - len(unmasked) >= 16 and len(unmasked) <= 12
+
+
+_CAMEL_WORDS_RE = re.compile(r"[a-z]{2,}(?:[A-Z][a-z]{2,}){2,}[A-Za-z]*|(?:[A-Z][a-z]{2,}){3,}")
+
+
+def is_identifier_words(value: str) -> bool:
+    """``requiredCharacteristicTypesForDisplayMetadata``: a name made of words, not a key.
+
+    Generated tokens mix cases in short runs; a camelCase or PascalCase name of three or
+    more words of three or more letters is code.
+    """
+    return bool(_CAMEL_WORDS_RE.fullmatch(value)) and looks_random(value) is False
+
+
+def in_url_path(text: str, start: int, end: int) -> bool:
+    """True if ``text[start:end]`` is a path segment or host label of a URL.
+
+    ``https://github.com/xoxa-nyc/xoxa-nyc.github.io/…``: the match sits between ``/``
+    (or a ``.`` of a host or file name) on the same whitespace-free run that holds ``://``.
+    """
+    before = text[start - 1 : start]
+    after = text[end : end + 1]
+    if before not in ("/", ".") and after not in ("/", "."):
+        return False
+    lo = start
+    floor = max(0, start - 2048)
+    while lo > floor and not text[lo - 1].isspace() and text[lo - 1] not in "\"'`<>(=":
+        lo -= 1
+    scheme = text.find("://", lo, start)
+    # past the authority: ``https://ghp_…@github.com`` is a credential, not a path
+    return scheme != -1 and text.find("/", scheme + 3, start) != -1
 
 
 _SCHEME_NAME_RE = re.compile(r"[A-Z]+(?:-[A-Z0-9]+)+")

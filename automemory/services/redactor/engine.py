@@ -15,6 +15,7 @@ from typing import cast
 
 from automemory import metrics
 from automemory.services.redactor.base import REDACTED, Rule, is_placeholder
+from automemory.services.redactor.decoders import DECODERS
 from automemory.services.redactor.rules import RULES
 
 Finding = tuple[str, int, int]
@@ -135,15 +136,8 @@ def _lowered(text: str) -> str:
     return lower
 
 
-def find_secrets(text: str, *, merge: bool = True) -> list[Finding]:
-    """Return ``(rule_id, start, end)`` for each secret, sorted by position.
-
-    Overlapping findings are merged into one span, named after the rule listed first in
-    :data:`RULES` among those starting there, unless ``merge`` is false: then every rule's
-    own finding is returned.
-    """
-    if not text:
-        return []
+def _scan(text: str) -> list[Finding]:
+    """Every rule's findings in ``text`` as written (no decoding), unsorted."""
     lower = _lowered(text)
     found: list[Finding] = []
     seen: dict[str, list[int]] = {}
@@ -161,6 +155,41 @@ def find_secrets(text: str, *, merge: bool = True) -> list[Finding]:
         rules = list(RULES)
     for rule in rules:
         _scan_rule(rule, text, lower, seen, memo, found)
+    return found
+
+
+def _scan_decoded(text: str) -> list[Finding]:
+    """Findings in each decoder's view of ``text``, mapped back to the original spans.
+
+    A view is scanned as written: what a decoder yields is never decoded again.
+    """
+    found: list[Finding] = []
+    for decoder in DECODERS:
+        view = decoder.view(text)
+        if view is None:
+            continue
+        for rule_id, start, end in _scan(view.text):
+            lo, hi = view.span(start, end)
+            if hi > lo:
+                found.append((rule_id, lo, hi))
+    return found
+
+
+def find_secrets(text: str, *, merge: bool = True) -> list[Finding]:
+    """Return ``(rule_id, start, end)`` for each secret, sorted by position.
+
+    The rules run over the text and over each decoder's view of it (full-width forms,
+    invisible characters, percent-encoding, HTML entities, base64 text); a secret found
+    in a view is reported at its span in ``text``.  Overlapping findings are merged into
+    one span, named after the rule listed first in :data:`RULES` among those starting
+    there, unless ``merge`` is false: then every rule's own finding is returned.
+    """
+    if not text:
+        return []
+    found = _scan(text)
+    decoded = _scan_decoded(text)
+    if decoded:
+        found = list(dict.fromkeys(found + decoded))
     found.sort(key=lambda f: (f[1], -f[2]))
     if not merge:
         return found

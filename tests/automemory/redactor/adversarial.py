@@ -84,4 +84,16 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "ops_eyJ then long run": lambda n: "ops_eyJ" + "A" * n,
     "Azure Q~ repeated in a run": lambda n: _rep("ab18Q~", n),
     "contribsys__com repeated": lambda n: _rep("CONTRIBSYS__COM: ", n),
+    # issue 19: the decoders (each view is built once and scanned once)
+    "percent escapes, one line": lambda n: _rep("%41", n),
+    "percent escapes of a key, one line": lambda n: _rep("password%3D%22", n),
+    "HTML entities, one line": lambda n: _rep("&#61;", n),
+    "HTML named entities and ampersands": lambda n: _rep("&quot;&&amp", n),
+    "full-width text, one line": lambda n: _rep(
+        "".join(chr(ord(c) + 0xFEE0) for c in "password="), n
+    ),
+    "zero-width spaces between letters": lambda n: _rep("t\u200b", n),
+    "base64 blobs of text, repeated": lambda n: _rep("cGFzc3dvcmQ9eHl6eHl6eHl6 ", n),
+    "one base64 blob of text": lambda n: "cGFzc3dvcmQ9" + "eHl6" * (n // 4),
+    "base64 of binary, repeated": lambda n: _rep("iVBORw0KGgoAAAANSUhEUgAA ", n),
 }

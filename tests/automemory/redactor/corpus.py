@@ -712,7 +712,7 @@ def _negatives(g: _Gen) -> list[Sample]:
         "postgres://user:<password>@localhost/app",
         "redis://:${REDIS_PASSWORD}@cache:6379",
         "https://user:{{ token }}@git.example.com/repo.git",
-        "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+        "AWS_ACCESS_KEY_ID=AKIAXXXXXXXXXXXXXXXX",
         "export OPENAI_API_KEY=sk-...",
         "GITHUB_TOKEN=ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
         "ANTHROPIC_API_KEY=sk-ant-xxxxxxxx",
@@ -1291,16 +1291,21 @@ def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
 
     The issue 8 part has its own generator, so the earlier samples stay byte-identical.
     """
+    from tests.automemory.redactor.corpus19 import build_issue19_corpus
+
     g = _Gen(seed)
     g8 = _Gen(seed + "-issue8")
     prose = _prose_password_samples(_Gen(seed + "-prose"))
+    issue19 = build_issue19_corpus(seed)
     return (
         _positives(g)
         + _issue8_positives(g8)
         + [s for s in prose if s.positive]
+        + [s for s in issue19 if s.positive]
         + _negatives(g)
         + _issue8_negatives(g8)
         + [s for s in prose if not s.positive]
+        + [s for s in issue19 if not s.positive]
     )
 
 

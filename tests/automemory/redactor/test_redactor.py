@@ -189,7 +189,7 @@ PLACEHOLDERS = [
     "Authorization: Bearer <token>",
     '"Authorization": f"Bearer {token}"',
     "postgres://app:${PGPASSWORD}@db/app",
-    "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+    "AWS_ACCESS_KEY_ID=AKIAXXXXXXXXXXXXXXXX",
     "GITHUB_TOKEN=ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
     "OPENAI_API_KEY=sk-...",
 ]

@@ -6,8 +6,23 @@ come before generic ones (a token assignment).
 """
 
 from automemory.services.redactor.base import Rule
-from automemory.services.redactor.rules import keyvalue, providers, structured
+from automemory.services.redactor.rules import (
+    commandline,
+    keyvalue,
+    keyworded,
+    providers,
+    services,
+    structured,
+)
 
-RULES: tuple[Rule, ...] = providers.RULES + structured.RULES + keyvalue.RULES + keyvalue.PROSE_RULES
+RULES: tuple[Rule, ...] = (
+    providers.RULES
+    + services.RULES
+    + keyworded.RULES
+    + structured.RULES
+    + keyvalue.RULES
+    + commandline.RULES
+    + commandline.PROSE_RULES
+)
 
 __all__ = ["RULES"]

@@ -4,8 +4,8 @@
 TOML, INI, properties, Go/Java/C#/PHP/Ruby/JS/Python/Kotlin/Rust code and Makefiles
 (``=``, ``:=``, ``?=``, ``::=``, ``:::=``, ``.=``, ``+=``, ``=>``, ``<-``), typed
 declarations (``var xToken string = "…"``), property setters
-(``System.setProperty("X_TOKEN", "…")``), XML elements and config entries, command-line
-flags and shell ``setenv``/``ENV`` commands.
+(``System.setProperty("X_TOKEN", "…")``), XML elements and config entries.  Command
+lines and prose are in ``commandline.py``.
 
 Keys are identifiers *ending* in a keyword (password, passwd, pwd, pass, passphrase,
 secret, token, credential(s), auth, or key after api/access/secret/private/...).  A
@@ -22,7 +22,6 @@ from automemory.services.redactor.base import (
     Rule,
     fake,
     is_placeholder,
-    line_before,
     looks_random,
     rest_continues,
     rx,
@@ -58,7 +57,7 @@ _KV_RE = rx(
     (?P<type>(?:[ \t]{1,4}|[ \t]{0,4}:[ \t]{0,4})
         (?:string|String|str|&str|&'static[ ]str|\[\]byte|SecretStr|char[ ]?\*)
         (?=[ \t]{0,4}[:=?.+|]))?                # Go/TS/Kotlin/Rust type annotation
-    [ \t]{0,4}
+    [ \t]{0,24}+                                # aligned: password       = "…"
     (?P<sep>:::=|::=|:=|\?\?=|\|\|=|\?=|\.=|\+=|=>|<-|=(?![=~>])|:(?![:/\\])
         |(?:,|===?|!==?)(?=[ \t]{0,4}[rRbBfFuU@]{0,2}["'`]))  # setter arg, comparison
     [ \t]{0,4}
@@ -144,6 +143,7 @@ def _is_not_secret_key(key: str) -> bool:
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+_SNAKE_WORDS_RE = re.compile(r"[a-z]{2,}(?:_[a-z]{2,})+")
 
 
 def _is_name(value: str, *, setter: bool) -> bool:
@@ -151,6 +151,8 @@ def _is_name(value: str, *, setter: bool) -> bool:
     if len(value) > 48 or not _NAME_RE.fullmatch(value):
         return False
     low = value.lower()
+    if any(len(p) >= 16 and looks_random(p) for p in re.split(r"[_-]", value)):
+        return False  # test_pub_04bfcfa73b7009a31d4a97018ffef85: a key with a prefix
     if setter and re.fullmatch(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+", value):
         return True  # @sensitive_post_parameters('password', 'credit_card')
     if not any(w in low for w in _NAME_WORDS):
@@ -177,6 +179,8 @@ def _value_ok(
     if quoted:
         if _is_label(v) or (v[0] == "_" and _IDENT_RE.fullmatch(v)):
             return False  # "Password must be…", session_key = "_messages" (a name)
+        if core == "key" and _SNAKE_WORDS_RE.fullmatch(v):
+            return False  # RUN_SUMMARY_SESSION_KEY = "console_run_summary": a dict key
         if v.startswith("+ ") or v.endswith(" +"):
             return False  # 'Credential=' + access_key + '…': code between two literals
         if not password and " " in v and re.fullmatch(r"[a-z ]+", v):
@@ -192,7 +196,12 @@ def _value_ok(
             return False  # os.getenv(...), os.environ[...], "no token": lambda: …
         if not password and _TYPE_NAME_RE.fullmatch(v):
             return False  # private_key: PKCS7PrivateKeyTypes (a type annotation)
-        if _DOTTED_RE.fullmatch(v) and not any(c.isdigit() for c in v.split(".")[0]):
+        parts = v.split(".")
+        if (
+            _DOTTED_RE.fullmatch(v)
+            and not any(c.isdigit() for c in parts[0])
+            and not any(len(p) >= 16 and looks_random(p) for p in parts[1:])
+        ):
             return False  # attribute chain: settings.SECRET_KEY, self.token, var.pw
         low = v.lower()
         if low == key or key.endswith(low) or low.endswith(core):
@@ -212,6 +221,10 @@ def _value_ok(
 def _kv_ok(m: re.Match[str], value: str, text: str) -> bool:
     if m.group("ref") is not None:
         return False
+    if m.group("secret_bq") is not None and any(c.isspace() for c in value):
+        return False  # KEY=`etcdctl get /secret`: a command substitution, not a value
+    if m.group("secret") is not None and m.start("sep") - m.end("tail") > 5:
+        return False  # token          = 1*tchar: a grammar or a table; aligned values are quoted
     pos = m.start()
     core = m.group("core").lower()
     if not _left_ok(text, pos, core):
@@ -253,7 +266,9 @@ _KEY_AT_END_RE = rx(_KEY + r"$", re.IGNORECASE)
 _XML_ELEMENT_RE = rx(
     r"""<(?P<name>(?:[A-Za-z_][\w.-]{0,64}+:)?[A-Za-z_][\w.-]{0,64}+)
     (?:[ \t][^<>\n]{0,200}+)?>
+    (?:\r?\n[ \t]{0,64}+)?                       # the value on its own line
     (?:<!\[CDATA\[(?P<secret_cdata>[^\]\n]*+)\]\]>|(?P<secret>[^<\n]++))
+    (?:\r?\n[ \t]{0,64}+)?
     </(?P=name)>"""
 )
 
@@ -298,85 +313,6 @@ def _xml_entry_ok(m: re.Match[str], value: str, text: str) -> bool:
     return _is_strong(name.lower(), core) or looks_random(v)
 
 
-# --- command lines ---------------------------------------------------------------------------
-
-_FLAG_RE = rx(
-    r"""(?<![\w-])--(?!no-)
-    (?P<flag>(?:[a-z0-9]{1,20}[-_]){0,4}
-        (?:password|passwd|pass|passphrase|token|secret|api-key|apikey|api_key|access-key
-          |secret-key|client-secret|auth-token|access-token))
-    (?:[ \t]{1,4}|=)
-    (?:["'](?P<secret_q>[^"'\n]++)["']|(?P<secret>(?![-<>])[^\s"';|&<>]++))""",
-    re.IGNORECASE,
-)
-
-
-_PROSE_WORDS = (" and", " or", " the", " with", " via", " use", " a", " your")
-
-
-def _flag_ok(m: re.Match[str], value: str, text: str) -> bool:
-    if _is_not_secret_key(m.group("flag")) or _is_name(value, setter=False) or value == "\\":
-        return False  # --change-token X, --password smb-server-password
-    if "_" in value and _IDENT_RE.fullmatch(value) and value.isupper():
-        return False  # --access-token ACCESS_TOKEN
-    if value.isalpha() and value.islower():
-        rest = text[m.end() : m.end() + 40].lstrip(" \t")
-        before = text[max(0, m.start() - 8) : m.start()].rstrip().lower()
-        if len(value) <= 4 or rest[:1].isalpha() or before.endswith(_PROSE_WORDS):
-            return False  # prose: "set it with --token or …", "the --password option"
-    return not is_placeholder(value)
-
-
-_SHORT_FLAG_RE = rx(
-    r"""[ \t](?:-pass(?:in|out)?[ \t]{1,4}pass:|-(?P<flag>p|a)(?P<sp>[ \t]{1,4}|=)?)
-    (?:["'](?P<secret_q>[^"'\n]++)["']|(?P<secret>(?!-)[^\s"';|&]++))"""
-)
-_LOGIN_COMMANDS = ("docker", "podman", "nerdctl", "helm", "oc ", "cf ")
-
-
-def _short_flag_ok(m: re.Match[str], value: str, text: str) -> bool:
-    """``-p`` is a password only after some commands: ``mysql -pX``, ``sshpass -p X``,
-    ``docker login -p X``, ``redis-cli -a X``, ``openssl -passin pass:X``."""
-    if value.startswith("-") or is_placeholder(value):
-        return False
-    flag = m.group("flag")
-    if flag is None:
-        return True  # openssl pass:X
-    before = line_before(text, m.start(), 200)
-    if flag == "a":
-        return "redis-cli" in before
-    if "mysql" in before or "mariadb" in before:
-        return m.group("sp") is None  # mysql -p db_name prompts; -pSECRET is the password
-    if before.rstrip().endswith("sshpass") or "mongo" in before:
-        return True  # sshpass -p X ssh -p 2222 host: only the first -p is the password
-    return "login" in before and any(cmd in before for cmd in _LOGIN_COMMANDS)
-
-
-def _curl_user_ok(m: re.Match[str], value: str, text: str) -> bool:
-    before = line_before(text, m.start(), 1000)
-    return ("curl" in before or "CURL" in before) and not is_placeholder(value)
-
-
-# setenv KEY value (csh), set -gx KEY value (fish), ENV KEY value (Dockerfile),
-# git config [--global] user.password value, npm/yarn/pip config set key value
-_ENV_COMMAND_RE = rx(
-    r"""(?:setenv|set[ \t]{1,4}-[A-Za-z]{1,4}|ENV|ARG
-        |config(?:[ \t]{1,4}--?[a-z]{1,12}+){0,3}(?:[ \t]{1,4}set)?)[ \t]{1,4}
-    (?P<key>[A-Za-z_/@][A-Za-z0-9_.:/@-]{0,120}+)[ \t]{1,4}
-    (?:"(?P<secret_dq>[^"\n]*+)"|'(?P<secret_sq>[^'\n]*+)'|(?P<secret>[^\s"'`;&|]++))"""
-)
-_ENV_KEY_RE = re.compile(
-    r"(?i).*(?:passw(?:or)?d|passphrase|pass|pwd|secret|token|credentials?|"
-    r"(?:api|access|secret|private|client)_?key)(?:_[0-9]+)?"
-)
-
-
-def _env_command_ok(m: re.Match[str], value: str, text: str) -> bool:
-    if not _ENV_KEY_RE.fullmatch(m.group("key")):
-        return False
-    return not is_placeholder(value) and not _is_path_or_url(value)
-
-
 _PASSWORD_ANCHORS = ("pass", "pw")
 _SECRET_ANCHORS = ("key", "secret", "token", "credential", "auth")
 _P = fake("b62", 32)
@@ -407,6 +343,7 @@ RULES: tuple[Rule, ...] = (
             "if password == '«hunter22»':",
             'char my_password[] = "«hunter22»";',
             '<dataSource url="jdbc:postgresql://db/app" user="app" password="«hunter22»" />',
+            'password       = "«rootpasswd»"',
         ),
         (
             "password=",
@@ -455,6 +392,10 @@ RULES: tuple[Rule, ...] = (
             'ENV["API_TOKEN"] = "«' + _P + '»"',
             'api_token <- "«' + _P + '»"',
             '{"auths": {"r.example.com": {"auth": "«' + fake("b64", 40) + '»"}}}',
+            "harnessToken=«pat." + fake("b62", 22) + "." + fake("b62", 24, 1) + "»",
+            "vault_token: «s." + fake("b62", 24, 2) + "»",
+            'System.setProperty("LOB_TOKEN", "«test_pub_' + fake("hex", 31) + '»");',
+            "GOCARDLESS_TOKEN = '«live_" + fake("b62", 40, 3) + "»'",
         ),
         (
             "token = os.environ['TOKEN']",
@@ -504,6 +445,15 @@ RULES: tuple[Rule, ...] = (
             '"nextForwardToken": "f/31961209122447488583055879464742346735121166569214640130",',
             '"PolicyUpdateToken": "1:X9QGexP7HASDlsFp+G31Iw==",',
             '<assemblyIdentity name="Microsoft.VC90.CRT" publicKeyToken="1fc8b3b9a1e18e3b"/>',
+            "SUMO_ACCESS_KEY=`etcdctl get /sumologic_secret`",
+            "-e SUMO_ACCESS_KEY=`etcdctl get /sumologic_secret`",
+            "API_TOKEN=$(vault read -field=token secret/ci)",
+            'token: "${{ secrets.DEPLOY_TOKEN }}"',
+            "export API_TOKEN=${API_TOKEN:-}",
+            "secret_key = self.settings.secret_key",
+            'RUN_SUMMARY_SESSION_KEY = "console_run_summary"',
+            'token        = "xxxxxxxxxxxxxx.atlasv1.xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"',
+            "# token          = 1*tchar",
         ),
     ),
     Rule(
@@ -547,171 +497,6 @@ RULES: tuple[Rule, ...] = (
             '<add key="Password" value="" />',
             '<property name="password" value="${db.password}"/>',
             '<input type="submit" name="set-password" value="{% translate \'Set it\' %}">',
-        ),
-    ),
-    Rule(
-        "cli-flag",
-        "password or token flag",
-        "--password VALUE, --password=VALUE, --api-key, --token, --client-secret, ... flags",
-        ("--",),
-        _FLAG_RE,
-        _flag_ok,
-        (
-            "mysql --user=app --password=«hunter22» app",
-            "gh auth login --with-token --token «" + _P + "»",
-            "vault login --client-secret '«s3cret!»'",
-            "vault login --auth-token=«" + fake("hex", 36) + "»",
-            "helm repo add r https://r --username u --password «pA55»",
-        ),
-        (
-            "echo $CR_PAT | docker login ghcr.io -u USERNAME --password-stdin",
-            "docker login --password $PASSWORD",
-            "--password-file /run/secrets/pw",
-            "app --bypass cache",
-            "psql --no-password db",
-            "gh auth login --with-token < token.txt",
-            "Pass the token with --token or set GITHUB_TOKEN.",
-            "# but --password suffers from the same problem",
-            "can be provided via the --username and --password options",
-            "aws secretsmanager get-secret-value --secret-id MyTestSecret",
-            "aws waf update-ip-set --change-token 12cs345-67cd-890b-1cd2-c3a4567d89f1",
-            "aws acm request-certificate --idempotency-token 91adc45q",
-            "aws wafv2 delete-ip-set --lock-token 46851772-db6f-459d-9385-49428812e357",
-            "aws cognito-idp delete-user --access-token ACCESS_TOKEN",
-            "aws datasync update-location-smb --password smb-file-server-password",
-        ),
-    ),
-    Rule(
-        "cli-short-password",
-        "password after -p",
-        "-p/-a passwords of commands that take them: mysql -pSECRET (attached), sshpass -p, "
-        "docker/podman/helm login -p, mongosh -p, redis-cli -a, openssl -passin pass:",
-        (" -p", " -a", "\t-p"),
-        _SHORT_FLAG_RE,
-        _short_flag_ok,
-        (
-            "mysql -u root -p«hunter22» shop",
-            "mysqldump -uroot -p«s3cret!» --all-databases",
-            "sshpass -p «hunter22» ssh ci@host",
-            "docker login -u ci -p «" + _P + "» registry.example.com",
-            "redis-cli -h cache -a «s3cret» ping",
-            "openssl rsa -in k.pem -passin pass:«hunter22»",
-        ),
-        (
-            "mysql -u root -p shop",
-            "docker run -p 8080:80 nginx",
-            "mkdir -p build/dist",
-            "ls -a ~/.ssh",
-            "ssh -p 2222 host",
-            "sshpass -p $SSHPASS ssh host",
-            "sshpass -e ssh -p 2222 deploy@host",
-        ),
-    ),
-    Rule(
-        "curl-user",
-        "curl user password",
-        "curl -u user:password / --user user:password",
-        (" -u", " --user"),
-        rx(
-            r"""[ \t](?:-u|--user)(?:[ \t]{1,4}|=)["']?[^\s:'"]{1,128}+:
-            (?P<secret>[^\s'"]++)"""
-        ),
-        _curl_user_ok,
-        (
-            "curl -u alice:«pA55w0rd» https://h",
-            "curl --user 'alice:«pA55w0rd»' https://h",
-        ),
-        ("curl -u $USER:$PASS https://example.com", "docker run -u 1000:1000 app"),
-    ),
-    Rule(
-        "env-command",
-        "secret in an env command",
-        "setenv KEY value (csh), set -gx KEY value (fish), ENV/ARG KEY value (Dockerfile), "
-        "git config user.password value, npm/yarn/pip config set key value",
-        ("setenv", "set -", "env ", "arg ", "config "),
-        _ENV_COMMAND_RE,
-        _env_command_ok,
-        (
-            "setenv DB_PASSWORD «hunter22»",
-            "set -gx GITHUB_TOKEN «mytok3n»",
-            "ENV API_TOKEN «" + _P + "»",
-            "git config --global user.password «hunter22»",
-            "npm config set //registry.npmjs.org/:_authToken «" + _P + "»",
-        ),
-        (
-            "ENV DB_PASSWORD_FILE /run/secrets/db",
-            "set -gx API_TOKEN $TOKEN",
-            "setenv PATH /bin",
-            "git config --global user.name Ada",
-            "npm config set registry https://registry.npmjs.org/",
-        ),
-    ),
-)
-
-
-# --- Passwords stated in prose -----------------------------------------------------------------
-
-_PROSE_PASSWORD_RE = rx(
-    r"""(?:pass(?:word|wd|phrase)|pwd)(?:[ \t]{1,4}(?:is|was)|'s)
-    (?P<colon>[ \t]{0,4}[:=])?[ \t]{1,4}["'`]?
-    (?P<secret>[^\s"'`,;(\[<][^\s"'`,;]{0,255}?)(?=[.!?)\]]{0,4}(?:\s|$|["'`,;]))""",
-    re.IGNORECASE,
-)
-_PROSE_NOT_SECRET_SUFFIXES = ("-hashed", "-encoded", "-encrypted", "-protected", "-based")
-
-
-def _prose_password_ok(m: re.Match[str], value: str, text: str) -> bool:
-    """A stated password: any real value after ``is:``, a token-shaped one after ``is``."""
-    if is_placeholder(value):
-        return False
-    if m.group("colon"):
-        return True
-    low = value.lower()
-    if "1password" in low or low.endswith(_PROSE_NOT_SECRET_SUFFIXES):
-        return False  # the password manager, "sha256-hashed"
-    return looks_random(value)
-
-
-PROSE_RULES: tuple[Rule, ...] = (
-    Rule(
-        "prose-password",
-        "password stated in prose",
-        "'the password is: X' (any real value after the colon), 'my password is X' when X "
-        "has the shape of a generated secret (letters and digits, 8+ characters)",
-        (
-            "password is",
-            "password was",
-            "password's",
-            "passwd is",
-            "passwd was",
-            "passphrase is",
-            "passphrase was",
-            "pwd is",
-            "pwd was",
-        ),
-        _PROSE_PASSWORD_RE,
-        _prose_password_ok,
-        (
-            "my password is: «hunter2»",
-            "The password is «Hunter2Secret9».",
-            "db password was «s3cr3tPassw0rd» before the rotation",
-            "the passphrase is: «correct-horse-battery»",
-            "Log in as admin (password is «Tr0ub4dor3xyz»)",
-            "PASSWORD IS: «Q7r2K5m3»",
-            "the old passphrase was «fU3GzJjC7RJvBP» before the rotation",
-            "FYI the pwd was: «river42!MAP»",
-        ),
-        (
-            "the password is required",
-            "the password is too short",
-            "the password is 8 characters long",
-            "the password is stored in 1Password",
-            "the password is sha256-hashed before storage",
-            "the password is: ${DB_PASSWORD}",
-            "the password is: <your-password>",
-            "the password's hash is compared in constant time",
-            "password is not set in CI",
-            "the password was rotated yesterday",
         ),
     ),
 )

@@ -54,7 +54,8 @@ def _sql_ok(m: re.Match[str], value: str, text: str) -> bool:
 
 
 def _aws_secret_ok(m: re.Match[str], value: str, text: str) -> bool:
-    return not is_placeholder(value) and not value.lower().endswith("examplekey")
+    # a real-shaped value that merely ends in EXAMPLEKEY is a key (the docs' one included)
+    return not is_placeholder(value)
 
 
 # --- Kubernetes Secret manifests -----------------------------------------------------------
@@ -352,10 +353,15 @@ RULES: tuple[Rule, ...] = (
             re.IGNORECASE,
         ),
         _aws_secret_ok,
-        ("aws_secret_access_key = «" + fake("b64", 40) + "»",),
         (
-            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "aws_secret_access_key = «" + fake("b64", 40) + "»",
+            "aws_secret_access_key=«wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY»",
+            '"AwsSecretKey": "«' + fake("b64", 40, 3) + '»"',
+        ),
+        (
             "# aws_secret_access_key is read from the environment",
+            "aws_secret_access_key = ${{ secrets.AWS_SECRET_ACCESS_KEY }}",
+            "aws_secret_access_key=$AWS_SECRET_ACCESS_KEY",
         ),
     ),
     Rule(
