@@ -284,9 +284,7 @@ class ProjectMemoriesView(APIView):
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
         filters = validated(s.MemoryFilterInput, request.query_params)
-        memories = selectors.memory_list_for_project(
-            project=project, user=request.user, **filters
-        )
+        memories = selectors.memory_list_for_project(project=project, user=request.user, **filters)
         return paginated_response(
             request, self, memories, s.MemoryOutput, prepare=selectors.memory_sources_attach
         )
