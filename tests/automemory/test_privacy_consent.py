@@ -313,3 +313,74 @@ def test_only_the_tasks_user_may_continue_it(project, alice, bob, task_factory, 
     assert allowed.status_code == 200
     task.refresh_from_db()
     assert task.turn == 2 and task.user == alice
+
+
+# --- Nothing else leaks it -------------------------------------------------------------------
+
+
+def test_bobs_log_audit_view_and_the_metrics_never_carry_it(
+    project, alice, bob, alice_private, task_factory, api_client_for, client, settings
+):
+    from prometheus_client import generate_latest
+
+    task = run(project, alice, task_factory, ANSWERS["paraphrase"])
+    process_auto_memories()
+    memory = auto_memory_of(task)
+
+    bobs_log = api_client_for(bob).get("/users/me/auto-memory-log").json()["results"]
+    assert all(row["task_id"] != task.pk for row in bobs_log)
+    assert "Initech" not in generate_latest().decode()
+    # The audit rows name ids and reasons, never the text.
+    from controlplane.models import AuditEvent
+
+    for event in AuditEvent.objects.all():
+        assert "Initech" not in str(event.data), event.action
+    assert memory.visibility == "author"
+
+
+def test_a_share_racing_a_delete_leaves_no_half_state(
+    project, alice, alice_private, task_factory, api_client_for
+):
+    task = run(project, alice, task_factory, ANSWERS["paraphrase"])
+    process_auto_memories(user=alice)
+    memory = auto_memory_of(task)
+    client = api_client_for(alice)
+    assert client.delete(f"/memories/{memory.pk}").status_code == 204
+    assert client.post(f"/memories/{memory.pk}/share").status_code == 404
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_shares_at_once_share_once(project, alice, alice_private, task_factory):
+    import threading
+
+    from django.db import connection
+
+    from automemory.services.sharing import memory_share
+    from controlplane.errors import ConflictError
+    from controlplane.models import AuditEvent
+
+    task = run(project, alice, task_factory, ANSWERS["paraphrase"])
+    process_auto_memories(user=alice)
+    memory = auto_memory_of(task)
+    outcomes, start = [], threading.Barrier(2)
+
+    def share():
+        try:
+            start.wait(10)
+            memory_share(user=alice, memory=memory)
+            outcomes.append("shared")
+        except ConflictError:
+            outcomes.append("conflict")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=share) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert sorted(outcomes) == ["conflict", "shared"]
+    assert AuditEvent.objects.filter(action="memory_shared").count() == 1
+    assert IdentityMemory.objects.get(pk=memory.pk).visibility == "project"
