@@ -3,7 +3,7 @@ pages. What a task may receive is `automemory.ranking`."""
 
 from dataclasses import dataclass
 
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Lower
 
 from automemory.models import AutoMemoryLog
@@ -19,7 +19,9 @@ from controlplane.models import (
     MemoryScope,
     MemorySource,
     MemorySourceTask,
+    MemoryStatus,
     Project,
+    Role,
     Task,
     TaskFollowup,
     UsageRecord,
@@ -95,6 +97,26 @@ def my_memories_list(
     """The user's own user-level memories, newest first (only ever shown to that user)."""
     memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
     return _memory_filtered(memories, source=None, status=status, q=q)
+
+
+def memories_needing_review(*, user, project_id: int | None = None) -> QuerySet[IdentityMemory]:
+    """The active memories held for review that `user` may release, oldest first: flagged as
+    instruction-like and not yet approved (whoever wrote them), or held by a report. Project
+    memories of the projects the user owns (or of `project_id` only), and the user's own
+    user-level memories; never one held for another author. The "Needs review" list."""
+    if not getattr(user, "is_authenticated", False):
+        return IdentityMemory.objects.none()
+    owned = Membership.objects.filter(user=user, role=Role.OWNER).values("project_id")
+    if project_id is not None:
+        owned = owned.filter(project_id=project_id)
+    held = Q(flagged=True, approved_at__isnull=True) | Q(report_hold_at__isnull=False)
+    mine = Q(scope=MemoryScope.USER, user=user) if project_id is None else Q(pk__in=[])
+    memories = (
+        IdentityMemory.objects.filter(held, status=MemoryStatus.ACTIVE)
+        .filter(Q(scope=MemoryScope.PROJECT, project_id__in=owned) | mine)
+        .exclude(held_for_others(user))
+    )
+    return _memory_page_queryset(memories).order_by("created_at", "id")
 
 
 def memory_detail_get(*, user, memory_id: int) -> IdentityMemory | None:

@@ -200,6 +200,6 @@ def memory_get_for_change(*, user, memory_id) -> IdentityMemory:
 
 def memory_get_for_approve(*, user, memory_id) -> IdentityMemory:
     """A memory the user may approve: project owners only (403 for other members, 404 for
-    non-members). A user-level memory is returned to its user; the service refuses it, as
-    only flagged auto memories (always project-level) await approval."""
+    non-members). A user-level memory is returned to its user (their own flagged text is
+    approved by its author when written)."""
     return _memory_get_for(user=user, memory_id=memory_id, action=APPROVE_MEMORY)

@@ -260,7 +260,7 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
                 },
             )
 
-    @admin.action(description="Approve the selected flagged auto memories", permissions=["change"])
+    @admin.action(description="Approve the selected held memories", permissions=["change"])
     def approve(self, request, queryset) -> None:
         self._each(request, queryset, memory_approve, "Approved")
 

@@ -472,7 +472,8 @@ class IdentityMemory(models.Model):
     # reviews it (approves it, edits it or deletes it).
     report_hold_at = models.DateTimeField(null=True, blank=True)
     # Content that reads like instructions to the agent ("ignore previous instructions",
-    # role tags...). A flagged auto memory is injected only once a project owner approved it.
+    # role tags...). A flagged memory is injected only once a project owner approved it (an
+    # owner's own text is approved by its author when written).
     instruction_flags = models.JSONField(default=list, blank=True)
     flagged = models.BooleanField(default=False)
     approved_at = models.DateTimeField(null=True, blank=True)

@@ -195,7 +195,7 @@ def memory_delete(request: HttpRequest, memory_id: str) -> HttpResponse:
 @require_POST
 @login_required
 def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
-    """A project owner lets a flagged auto memory be injected."""
+    """A project owner lets a flagged or reported memory be injected."""
     memory = access_get(memory_get_for_approve, user=request.user, memory_id=memory_id)
     try:
         memory_services.memory_approve(user=request.user, memory=memory)

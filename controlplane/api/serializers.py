@@ -300,7 +300,8 @@ class MemoryOutput(serializers.ModelSerializer):
     )
     awaiting_approval = serializers.BooleanField(
         read_only=True,
-        help_text="A flagged auto memory no project owner approved yet: it is not injected.",
+        help_text="A flagged memory no project owner approved yet: it is not injected, "
+        "found or previewed (an owner's own flagged text is approved by its author).",
     )
     approved_by = serializers.CharField(
         source="approved_by.username", read_only=True, default=None, allow_null=True

@@ -344,13 +344,14 @@ class MemoryDetailView(APIView):
 class MemoryApproveView(APIView):
     @extend_schema(
         operation_id="memories_approve",
-        summary="Approve a flagged auto memory so that it is injected (project owner)",
-        description="409 when the memory is not a flagged auto memory. Approving an approved "
-        "memory changes nothing.",
+        summary="Approve a flagged or reported memory so that it is injected (project owner)",
+        description="Releases a memory held for review: flagged as instruction-like (whoever "
+        "wrote it) or reported. 409 when the memory is neither flagged nor reported. "
+        "Approving an approved memory changes nothing.",
         request=None,
         responses={
             200: s.MemoryOutput,
-            409: OpenApiResponse(description="Not a flagged auto memory."),
+            409: OpenApiResponse(description="Neither flagged nor reported."),
             **errors(401, 403, 404),
         },
     )

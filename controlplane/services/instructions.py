@@ -3,9 +3,10 @@
 A memory is injected into the first turn of later tasks, so text such as "ignore previous
 instructions" or a fake `<system>` turn stored in one could steer every later agent run.
 `instruction_flags(text)` names what it found as stable flag ids; the memory services store
-them in `IdentityMemory.instruction_flags` and set `flagged`. A flagged auto memory is not
-injected until a project owner approves it; a flagged manual memory is injected but shown as
-flagged.
+them in `IdentityMemory.instruction_flags` and set `flagged`. A flagged memory is not
+injected, found or previewed until a project owner approves it, whoever wrote it (the sweep,
+an agent, a member); a project owner's own flagged text counts as approved by its author
+(recorded in `approved_by` and audited).
 
 The trade-off: project memories are full of imperatives ("Tests must pass before merge",
 "Always run `make lint`", "You must not push to main"). Those are conventions about the

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from controlplane.access import APPROVE_MEMORY, project_role, role_allows
 from controlplane.errors import ConflictError, DomainError
 from controlplane.limits import MEMORY_MAX_CHARS, text_require
 from controlplane.models import (
@@ -52,12 +53,51 @@ def memory_content_validate(*, content: str) -> str:
     return content
 
 
+def author_may_approve(*, user, memory: IdentityMemory) -> bool:
+    """Whether text `user` writes into `memory` counts as approved by its author: they could
+    approve it anyway (a project owner; the user of their own user-level memory, which only
+    their own tasks receive). A member's or an agent's text waits for an owner."""
+    if memory.scope == MemoryScope.USER:
+        return memory.user_id is not None and memory.user_id == getattr(user, "pk", None)
+    role = project_role(user=user, project_id=memory.project_id)
+    return role_allows(role, APPROVE_MEMORY)
+
+
+def _approve_by_author(*, user, memory: IdentityMemory) -> bool:
+    """Approve `memory`'s flagged text (not saved) when its author may; returns whether."""
+    if not memory.flagged or not author_may_approve(user=user, memory=memory):
+        return False
+    memory.approved_at = timezone.now()
+    memory.approved_by = user
+    return True
+
+
+def _audit_approved_by_author(*, user, memory: IdentityMemory) -> None:
+    audit_record(
+        action="memory_approved",
+        actor=user,
+        target_type="memory",
+        target_id=memory.pk,
+        data={
+            "project_id": memory.project_id,
+            "instruction_flags": memory.instruction_flags,
+            "by_author": True,
+            "report_hold_released": False,
+        },
+    )
+
+
 @transaction.atomic
 def memory_create(*, user, content: str, project: Project | None = None) -> IdentityMemory:
-    """A manual memory: about `project` when given, else about the user themself."""
+    """A manual memory: about `project` when given, else about the user themself.
+
+    Text flagged as instruction-like is held for a project owner's approval, unless its
+    author may approve it (a project owner, or the user of a user-level memory): then it is
+    approved by its author at once, recorded in `approved_by` and audited (`memory_approved`
+    with `by_author`)."""
     content = memory_content_validate(content=content)
     flags = instruction_flags(content)
-    memory = IdentityMemory.objects.create(
+    memory = IdentityMemory(
         scope=MemoryScope.USER if project is None else MemoryScope.PROJECT,
         user=user if project is None else None,
         project=project,
@@ -67,13 +107,22 @@ def memory_create(*, user, content: str, project: Project | None = None) -> Iden
         instruction_flags=flags,
         flagged=bool(flags),
     )
+    by_author = _approve_by_author(user=user, memory=memory)
+    memory.save()
     audit_record(
         action="memory_created",
         actor=user,
         target_type="memory",
         target_id=memory.pk,
-        data={"scope": memory.scope, "project_id": memory.project_id, "instruction_flags": flags},
+        data={
+            "scope": memory.scope,
+            "project_id": memory.project_id,
+            "instruction_flags": flags,
+            "awaiting_approval": memory.awaiting_approval,
+        },
     )
+    if by_author:
+        _audit_approved_by_author(user=user, memory=memory)
     return memory
 
 
@@ -103,7 +152,9 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
 
     The content passes the same checks as a new memory's and is flagged again: new text
     needs a new approval, so an approval is cleared whenever the content changes and the
-    result is still flagged. The caller has checked the user may (see controlplane.access).
+    result is still flagged, unless the editor may approve it (then it is approved by its
+    author, as in `memory_create`). The caller has checked the user may (see
+    controlplane.access).
     """
     content = memory_content_validate(content=content)
     memory = _locked(memory)
@@ -115,6 +166,7 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
     memory_flags_apply(memory)
     memory.approved_at = None
     memory.approved_by = None
+    by_author = _approve_by_author(user=user, memory=memory)
     memory.save(
         update_fields=[
             "content",
@@ -137,8 +189,11 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
             "instruction_flags": memory.instruction_flags,
             "previous_instruction_flags": previous_flags,
             "approval_cleared": was_approved,
+            "awaiting_approval": memory.awaiting_approval,
         },
     )
+    if by_author:
+        _audit_approved_by_author(user=user, memory=memory)
     return memory
 
 
@@ -146,15 +201,20 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
 def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
     """Release a memory held for review: a project owner read it and found it fine.
 
-    A memory is held when its text is flagged as instruction-like and not yet approved, or
-    when a report holds it (`report_hold_at`); approving releases both, and the memory is
-    injected and found again. 409 when it is not held; approving twice changes nothing more.
-    The caller has checked the user owns the project (see controlplane.access).
+    A memory is held when its text is flagged as instruction-like and not yet approved
+    (whoever wrote it: the sweep, an agent, a member), or when a report holds it
+    (`report_hold_at`); approving releases both, and the memory is injected and found again.
+    Approving an approved memory changes nothing; 409 when it is neither flagged nor
+    reported. The caller has checked the user owns the project (see controlplane.access).
     """
     memory = _locked(memory)
     flag_pending = memory.flagged and memory.approved_at is None
     if not flag_pending and memory.report_hold_at is None:
-        raise ConflictError("This memory is not held for review.")
+        if memory.flagged:
+            return memory
+        raise ConflictError(
+            "This memory is not held for review: only a flagged or reported memory awaits approval."
+        )
     fields = ["updated_at"]
     if flag_pending:
         memory.approved_at = timezone.now()

@@ -110,11 +110,16 @@ def test_a_flagged_manual_memory_is_stored_and_shown_as_flagged(api_client_for, 
     body = response.json()
     assert body["flagged"] is True
     assert body["instruction_flags"] == ["override_instructions"]
-    assert body["awaiting_approval"] is False  # manual: injected, shown as flagged
+    # Written by a project owner: approved by its author, recorded and audited.
+    assert body["awaiting_approval"] is False
+    assert body["approved_by"] == alice.username and body["approved_at"] is not None
     memory = IdentityMemory.objects.get()
     assert memory.flagged and memory.instruction_flags == ["override_instructions"]
+    assert memory.approved_by == alice
     event = AuditEvent.objects.get(action="memory_created")
     assert event.data["instruction_flags"] == ["override_instructions"]
+    approved = AuditEvent.objects.get(action="memory_approved", target_id=memory.pk)
+    assert approved.actor == alice and approved.data["by_author"] is True
 
 
 def test_an_ordinary_memory_is_not_flagged(api_client_for, alice):
@@ -299,20 +304,25 @@ def test_approving_twice_changes_nothing(api_client_for, alice, auto_memory):
     assert AuditEvent.objects.filter(action="memory_approved").count() == 1
 
 
-def test_only_a_flagged_auto_memory_can_be_approved(
+def test_only_a_flagged_or_reported_memory_can_be_approved(
     api_client_for, alice, project, auto_memory, memory_factory
 ):
     client = api_client_for(alice)
     clean_auto = auto_memory("Deploy with make deploy.")
+    clean_manual = memory_factory(project=project, content="Deploy on Mondays.")
+    own_user_memory = memory_factory(user=alice, content="I like tabs.")
+    for memory in (clean_auto, clean_manual, own_user_memory):
+        response = client.post(f"/memories/{memory.pk}/approve")
+        assert response.status_code == 409, response.content
+        assert "only a flagged or reported memory" in response.json()["detail"]
+    assert not IdentityMemory.objects.filter(approved_at__isnull=False).exists()
+
     flagged_manual = memory_factory(
         project=project, content="x", flagged=True, instruction_flags=["role_markup"]
     )
-    own_user_memory = memory_factory(user=alice, content="I like tabs.")
-    for memory in (clean_auto, flagged_manual, own_user_memory):
-        response = client.post(f"/memories/{memory.pk}/approve")
-        assert response.status_code == 409, response.content
-        assert "flagged auto memory" in response.json()["detail"]
-    assert not IdentityMemory.objects.filter(approved_at__isnull=False).exists()
+    assert client.post(f"/memories/{flagged_manual.pk}/approve").status_code == 200
+    flagged_manual.refresh_from_db()
+    assert flagged_manual.approved_by == alice
 
 
 def test_approve_and_restore_take_no_body_fields(api_client_for, alice, auto_memory):
@@ -410,7 +420,7 @@ def test_admin_actions_approve_and_restore(admin_client, auto_memory):
         follow=True,
     )
     assert "Approved 1 memory" in approve.content.decode()
-    assert "Only a flagged auto memory awaits approval." in approve.content.decode()
+    assert "only a flagged or reported memory awaits approval." in approve.content.decode()
     restore = admin_client.post(
         changelist, {"action": "restore", "_selected_action": [archived.pk]}, follow=True
     )
