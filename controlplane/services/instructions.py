@@ -432,3 +432,20 @@ def instruction_flags(text: str) -> list[str]:
         if hidden:
             found |= hidden | {"confusable_letters"}
     return [flag for flag in INSTRUCTION_FLAG_LABELS if flag in found]
+
+
+def instruction_flag_labels(flags: list[str]) -> list[dict[str, str]]:
+    """`[{id, label}]` for stored flag ids (an id no longer known keeps its id as label)."""
+    return [{"id": flag, "label": INSTRUCTION_FLAG_LABELS.get(flag, flag)} for flag in flags]
+
+
+def instruction_flag_fields(text: str) -> dict:
+    """The memory fields to write with new content `text` (`IdentityMemory(**...)` or a
+    queryset's `update(**...)`): its flags, and no approval, since new text needs a new one."""
+    flags = instruction_flags(text)
+    return {
+        "instruction_flags": flags,
+        "flagged": bool(flags),
+        "approved_at": None,
+        "approved_by": None,
+    }
