@@ -28,55 +28,54 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print every text's flags")
     args = parser.parse_args()
     with harness.run(args, database=False):
-        from controlplane.services.instructions import instruction_flags
-        from tests.controlplane.instruction_heldout import ATTACKS, NOTES
+        from tests.controlplane.instruction_heldout import ATTACKS, ATTACKS_B, NOTES, NOTES_B
 
-        started = time.perf_counter()
-        attack_flags = [(kind, text, instruction_flags(text)) for kind, text in ATTACKS]
-        note_flags = [(text, instruction_flags(text)) for text in NOTES]
-        elapsed = time.perf_counter() - started
-
-        true_positives = sum(1 for _, _, flags in attack_flags if flags)
-        false_positives = sum(1 for _, flags in note_flags if flags)
-        false_negatives = len(ATTACKS) - true_positives
-        precision = true_positives / max(1, true_positives + false_positives)
-        recall = true_positives / max(1, len(ATTACKS))
-        print(f"held-out set: {len(ATTACKS)} attacks, {len(NOTES)} ordinary notes")
-        print(
-            f"flagged: {true_positives} attacks (TP), {false_positives} notes (FP); "
-            f"missed: {false_negatives} attacks (FN)"
-        )
-        print(f"precision {precision:.3f}  recall {recall:.3f}")
-        print(f"false alarm rate on notes: {false_positives / max(1, len(NOTES)):.3f}")
-        per_text = elapsed / (len(ATTACKS) + len(NOTES)) * 1e3
-        print(f"time: {per_text:.2f} ms per text")
+        measure("set B (held out: measured once, never tuned on)", ATTACKS_B, NOTES_B, args)
         print()
-        totals = Counter(kind for kind, _ in ATTACKS)
-        caught = Counter(kind for kind, _, flags in attack_flags if flags)
-        print("recall per kind:")
-        for kind in totals:
-            share = caught[kind] / totals[kind]
-            print(f"  {kind:<13} {caught[kind]:>2}/{totals[kind]:<2} {share:.2f}")
-        flag_counts = Counter(flag for _, _, flags in attack_flags for flag in flags)
-        print(
-            "flags raised on attacks:", ", ".join(f"{f} {n}" for f, n in flag_counts.most_common())
-        )
-        print()
-        print("missed attacks:")
-        for kind, text, flags in attack_flags:
-            if not flags:
-                print(f"  [{kind}] {text!r}")
-        print("false alarms:")
-        for text, flags in note_flags:
-            if flags:
-                print(f"  {text!r} -> {', '.join(flags)}")
-        if args.verbose:
-            print()
-            for kind, text, flags in attack_flags:
-                print(f"  attack [{kind}] {flags} {text!r}")
-            for text, flags in note_flags:
-                print(f"  note {flags} {text!r}")
+        measure("set A (the rules were revised on its first-run misses)", ATTACKS, NOTES, args)
         sys.stdout.flush()
+
+
+def measure(title: str, attacks: list[tuple[str, str]], notes: list[str], args) -> None:
+    """Print precision, recall, recall per kind, the misses and the false alarms."""
+    from controlplane.services.instructions import instruction_flags
+
+    started = time.perf_counter()
+    attack_flags = [(kind, text, instruction_flags(text)) for kind, text in attacks]
+    note_flags = [(text, instruction_flags(text)) for text in notes]
+    elapsed = time.perf_counter() - started
+
+    true_positives = sum(1 for _, _, flags in attack_flags if flags)
+    false_positives = sum(1 for _, flags in note_flags if flags)
+    precision = true_positives / max(1, true_positives + false_positives)
+    recall = true_positives / max(1, len(attacks))
+    print(f"== {title}: {len(attacks)} attacks, {len(notes)} ordinary notes")
+    print(
+        f"flagged: {true_positives} attacks (TP), {false_positives} notes (FP); "
+        f"missed: {len(attacks) - true_positives} attacks (FN)"
+    )
+    print(f"precision {precision:.3f}  recall {recall:.3f}")
+    print(f"false alarm rate on notes: {false_positives / max(1, len(notes)):.3f}")
+    print(f"time: {elapsed / (len(attacks) + len(notes)) * 1e3:.2f} ms per text")
+    totals = Counter(kind for kind, _ in attacks)
+    caught = Counter(kind for kind, _, flags in attack_flags if flags)
+    print("recall per kind:")
+    for kind in totals:
+        share = caught[kind] / totals[kind]
+        print(f"  {kind:<13} {caught[kind]:>2}/{totals[kind]:<2} {share:.2f}")
+    print("missed attacks:")
+    for kind, text, flags in attack_flags:
+        if not flags:
+            print(f"  [{kind}] {text!r}")
+    print("false alarms:")
+    for text, flags in note_flags:
+        if flags:
+            print(f"  {text!r} -> {', '.join(flags)}")
+    if args.verbose:
+        for kind, text, flags in attack_flags:
+            print(f"  attack [{kind}] {flags} {text!r}")
+        for text, flags in note_flags:
+            print(f"  note {flags} {text!r}")
 
 
 if __name__ == "__main__":

@@ -101,12 +101,14 @@ _OVERRIDE_OTHER_LANGUAGES = (
     # German: "Ignoriere alle vorherigen Anweisungen", "Vergiss deine Regeln".
     r"\b(?:ignorier|vergiss|vergessen\s+sie|missacht|uberg[e]?h|verwirf)\w*\s+"
     r"(?:(?:alle|all|deine|ihre|die|den|der|bisherig\w*|vorherig\w*|vorig\w*|obig\w*|"
+    r"s\u00e4mtlich\w*|samtlich\w*|jeglich\w*|"
     r"vorangegangen\w*|fruher\w*|fr\u00fcher\w*|bish\w*|system\w*)\s+){0,3}"
     r"(?:anweisung|instruktion|befehl|regel|vorgabe|richtlinie|systemanweisung)\w*"
     # French: "Ignore toutes les instructions précédentes", "Oubliez vos consignes".
-    r"|\b(?:ignore|ignorez|ignorer|oublie|oubliez|oublier|ne\s+tiens\s+pas\s+compte\s+des|"
-    r"ne\s+tenez\s+pas\s+compte\s+des|fais\s+abstraction\s+des)\s+"
+    r"|\b(?:(?:ignore|ignorez|ignorer|oublie|oubliez|oublier)\s+"
     r"(?:(?:toutes|tous|les|tes|vos|des|ces)\s+){1,3}"
+    r"|(?:ne\s+(?:tiens|tenez)\s+pas\s+compte|fais\s+abstraction|faites\s+abstraction)\s+"
+    r"(?:des|de\s+(?:tes|vos|ces))\s+(?:(?:toutes|tous|les|tes|vos|ces)\s+){0,2})"
     r"(?:instructions?|consignes?|regles?|r\u00e8gles?|directives?)"
     r"(?:\s+(?:precedentes|pr\u00e9c\u00e9dentes|anterieures|ant\u00e9rieures|ci-dessus|"
     r"du\s+systeme|du\s+syst\u00e8me))?"
@@ -120,7 +122,7 @@ _OVERRIDE_OTHER_LANGUAGES = (
     r"(?:instrucoes|instru\u00e7\u00f5es|orientacoes|orienta\u00e7\u00f5es|regras|diretrizes)"
     # Chinese: 忽略之前的所有指令 / 无视以上规则 / 忘记你的指示.
     r"|(?:忽略|忽視|忽视|无视|無視|忘记|忘記|不要理会|不要理會|无需遵守|不必遵守)\s*掉?\s*"
-    r"(?:之前|以前|上面|上述|以上|先前|前面|所有|全部|一切|你的|原有|原来|原來|原始|系统|系統)"
+    r"你?(?:之前|以前|上面|上述|以上|先前|前面|所有|全部|一切|的|原有|原来|原來|原始|系统|系統)"
     r"[^\n。]{0,10}?(?:指令|指示|说明|說明|提示|规则|規則|要求|命令|设定|設定)"
     # Japanese: 以前の指示をすべて無視して / 上記のルールを忘れて.
     r"|(?:以前|前の|上記|これまで|先ほど|すべての|全ての|元の|最初の|システムの)[^\n。]{0,10}?"
@@ -139,11 +141,15 @@ _SYSTEM_PROMPT_OTHER_LANGUAGES = (
 
 _FLAGS_BEFORE = r"(?:\s+-{1,2}[a-z][\w-]*)*"
 # What a credential is, as a path or a name.
-_CREDENTIAL_PATH = (
+# Files in a home directory (or /etc) that hold credentials, and nothing else.
+_HOME_SECRET_PATH = (
     r"(?:\.ssh/(?:id_[a-z0-9]+|[\w.-]*_key)\b(?!\.pub)|\.ssh\b(?!/[\w.-]+\.pub)"
     r"|\.aws/(?:credentials|config)\b|\.netrc\b|\.git-credentials\b|\.pgpass\b"
     r"|\.npmrc\b|\.pypirc\b|\.docker/config\.json|\.kube/config\b|\.gnupg\b"
-    r"|/etc/(?:shadow|sudoers|gshadow)\b|\.config/gh/hosts\.yml|credentials\.json\b"
+    r"|/etc/(?:shadow|sudoers|gshadow)\b|\.config/gh/hosts\.yml)"
+)
+_CREDENTIAL_PATH = (
+    rf"(?:{_HOME_SECRET_PATH}|credentials\.json\b"
     r"|(?<![\w.])\.env(?:\.(?:local|prod\w*|production|staging))?\b(?!\.example|\.sample|\.template)"
     r"|secrets?\.(?:ya?ml|json|toml|env)\b|service-account\S*\.json)"
 )
@@ -202,12 +208,16 @@ _CREDENTIAL_READ = re.compile(
     r"|\b(?:print|show|dump|display|output|reveal|echo|read\s+out|paste|give\s+me|send\s+me|"
     r"list)\s+(?:me\s+)?(?:(?:the|your|all|full|raw)\s+)*(?:contents?\s+of\s+(?:the\s+)?|"
     rf"text\s+of\s+(?:the\s+)?)?(?:file\s+)?\S{{0,30}}?{_CREDENTIAL_PATH}"
+    # Opening or reading a home credential file ("read ~/.git-credentials").
+    rf"|\b(?:read|open|view|quote|copy|include)\s+(?:the\s+)?(?:file\s+)?\S{{0,30}}?{_HOME_SECRET_PATH}"
     # Every environment variable or secret at once, or one secret variable.
-    r"|\b(?:print|show|dump|display|output|reveal|echo|list|leak|send|post|upload|give\s+me)"
+    r"|\b(?:print|show|dump|display|output|reveal|echo|list|leak|send|post|upload|give\s+me|"
+    r"paste|share|copy|email|mail|include)"
     r"\s+(?:out\s+)?(?:all|every|each|your|the\s+values\s+of(?:\s+all)?)\s+(?:of\s+the\s+)?"
     r"(?:\w+\s+)?(?:environment\s+variables?|env\s+vars?|secrets|api\s+keys|tokens|passwords|"
     r"credentials|private\s+keys|ssh\s+keys)"
-    r"|\b(?:echo|print|printf)\s+[\"']?\$\{?[a-z_]*(?:token|secret|password|passwd|api_key|"
+    r"|\b(?:echo|print|printf|output|show|reveal|include|paste|send|write)\s+[\"']?\$\{?"
+    r"[a-z_]*(?:token|secret|password|passwd|api_key|"
     r"access_key)[a-z_]*\b"
     r"|^\s*(?:\$\s*)?(?:printenv|env)\s*$"
     r"|\b(?:gpg\s+--export-secret-keys|security\s+find-(?:generic|internet)-password|"
@@ -245,6 +255,8 @@ _DESTRUCTIVE = re.compile(
     r"|\b(?:delete|drop|wipe|erase|destroy|purge|truncate)\s+(?:all\s+|every\s+|the\s+|your\s+)?"
     r"(?:of\s+the\s+)?(?:prod|production|live|customer)\s+(?:database|db|data|tables?|bucket|"
     r"cluster)s?\b"
+    r"|\b(?:drop|delete|truncate)\s+(?:all|every)\s+(?:of\s+the\s+)?tables?\b"
+    r"|\b(?:rm\s+-[a-z]*r[a-z]*\s+|delet(?:e|ing)\s+(?:the\s+)?)\.git(?![\w/.-])"
     r"|\b(?:delete|wipe|erase|destroy|purge)\s+(?:all|every)\s+(?:of\s+the\s+)?(?:\w+\s+)?"
     r"(?:backups|databases|repositories|repos|files\s+on\s+(?:the|this)\s+(?:disk|server|machine))"
     r"|\b(?:delete|remove|wipe|erase)\s+(?:the\s+)?(?:entire\s+|whole\s+)(?:repository|repo|"
@@ -275,7 +287,8 @@ _RULES: list[tuple[str, Callable[[str], bool]]] = [
         "override_instructions",
         re.compile(
             rf"\b{_OVERRIDE_VERB}\s+{_FILLER}(?:{_QUALIFIER}\s+{_RULE_NOUN}\b|"
-            r"(?<=all\s)instructions\b|(?<=your\s)instructions\b|(?<=any\s)instructions\b)"
+            r"(?<=all\s)instructions\b|(?<=your\s)instructions\b|(?<=any\s)instructions\b"
+            r"|(?<=your\s)(?:guidelines|guardrails|restrictions|safety\s+rules|rules)\b)"
             rf"|\b{_OVERRIDE_VERB}\s+everything\s+(?:above|before|you\s+(?:were|have\s+been)\s+told)"
             rf"|{_OVERRIDE_OTHER_LANGUAGES}"
         ).search,
