@@ -22,7 +22,10 @@ CODEX_BIN := $(CODEX_DIR)/bin/codex
 # `make run` serves as a deployment does (DEBUG off, gunicorn, static files by whitenoise),
 # with a secret key generated once into var/ (an exported SECRET_KEY wins). ADDR=HOST:PORT.
 DEV_SECRET_KEY := var/dev-secret-key
-RUN_ENV = DEBUG=False SECRET_KEY="$${SECRET_KEY:-$$(cat $(DEV_SECRET_KEY))}"
+# Sign-in locks and throttle counters are shared by the server's processes through a file
+# cache under var/ unless CACHE_URL names another (e.g. redis://...).
+RUN_ENV = DEBUG=False SECRET_KEY="$${SECRET_KEY:-$$(cat $(DEV_SECRET_KEY))}" \
+	CACHE_URL="$${CACHE_URL:-filecache://$(CURDIR)/var/cache}"
 
 run: setup $(DEV_SECRET_KEY)
 	$(RUN_ENV) $(PY) manage.py migrate --noinput

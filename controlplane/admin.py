@@ -2,6 +2,8 @@
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.utils import timezone
 from rest_framework.authtoken.models import TokenProxy
 
@@ -27,6 +29,7 @@ from controlplane.services.memories import (
     memory_flags_apply,
     memory_restore,
 )
+from controlplane.services.sign_in_locks import sign_in_unlock
 from controlplane.services.tokens import token_revoke
 
 USAGE_COLUMNS = [
@@ -354,3 +357,27 @@ class ApiTokenAdmin(admin.ModelAdmin):
 # tokens are neither used nor made any more.
 if admin.site.is_registered(TokenProxy):
     admin.site.unregister(TokenProxy)
+
+
+User = get_user_model()
+if admin.site.is_registered(User):
+    admin.site.unregister(User)
+
+
+@admin.register(User)
+class SignInUserAdmin(UserAdmin):
+    """Django's users admin, with an action lifting a failed-sign-in lock (django-axes)."""
+
+    actions = ["unlock_sign_in"]
+
+    @admin.action(description="Unlock sign-in for the selected users", permissions=["change"])
+    def unlock_sign_in(self, request, queryset) -> None:
+        unlocked = [
+            user.get_username()
+            for user in queryset.order_by("pk")
+            if sign_in_unlock(actor=request.user, username=user.get_username())
+        ]
+        if unlocked:
+            self.message_user(request, f"Unlocked sign-in for {', '.join(unlocked)}.")
+        else:
+            self.message_user(request, "None of the selected users was locked.", messages.INFO)

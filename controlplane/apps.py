@@ -13,3 +13,13 @@ class ControlPlaneConfig(AppConfig):
 
         # A SQLite table rebuild (some column changes) drops the monthly spend trigger.
         post_migrate.connect(sqlite_month_trigger_ensure, sender=self)
+
+        from axes.signals import user_locked_out
+
+        user_locked_out.connect(_sign_in_locked, dispatch_uid="controlplane_sign_in_locked")
+
+
+def _sign_in_locked(sender, request=None, username=None, ip_address=None, **kwargs) -> None:
+    from controlplane.services.sign_in_locks import sign_in_lockout_record
+
+    sign_in_lockout_record(username=username, ip_address=ip_address)

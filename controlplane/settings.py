@@ -6,6 +6,7 @@ Every value can be set by an environment variable or a `.env` file beside `manag
 
 import ipaddress
 import re
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -57,6 +58,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "axes",
     "controlplane",
     "automemory",
     "worker",
@@ -73,7 +75,27 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: answers a locked-out sign-in (the admin's and the console's) with 429.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Password sign-ins (the admin and the console) go through django-axes first: failed ones
+# count per client address and per username; either over AXES_FAILURE_LIMIT locks sign-in
+# for AXES_COOLOFF_MINUTES (a failure while locked restarts the wait), even with the right
+# password. The counters live in the `default` cache (CACHE_URL), so every process sees them.
+# Staff unlock with `manage.py unlock_sign_in` or the users admin (docs/security.md).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
+AXES_CACHE = "default"
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ADMIN = False  # nothing in its tables with the cache handler; see the users admin
+AXES_VERBOSE = False
 
 ROOT_URLCONF = "controlplane.urls"
 APPEND_SLASH = False
@@ -184,6 +206,11 @@ REST_FRAMEWORK = {
 # Throttle counters live in this cache; several API processes need a shared one, e.g.
 # CACHE_URL=redis://127.0.0.1:6379/0 (the default, locmem, is per process).
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+# django-axes reads the client address as the API's throttles do: REMOTE_ADDR, or behind
+# API_NUM_PROXIES trusted proxies the address they put in X-Forwarded-For.
+if REST_FRAMEWORK["NUM_PROXIES"]:
+    AXES_IPWARE_PROXY_COUNT = REST_FRAMEWORK["NUM_PROXIES"]
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
 for _scope, _rate in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"].items():
     # N/s, N/min, N/hour, N/day (DRF reads the period's first letter); empty: not throttled.
     if _rate and not re.fullmatch(r"[0-9]+/[smhd][a-z]*", _rate):

@@ -14,6 +14,7 @@ import shutil
 import socket
 import sys
 import tempfile
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management import call_command
@@ -73,6 +74,12 @@ class Command(BaseCommand):
         host, port = addrport_parse(addrport)
         listener = listener_open(host=host, port=port)
         call_command("collectstatic", interactive=False, verbosity=0)
+        if not os.environ.get("CACHE_URL"):
+            # Both API processes must see the same sign-in locks and throttle counters: a
+            # file cache under var/ (private, as var/ is) unless CACHE_URL names another.
+            cache_dir = Path(settings.VAR_DIR) / "cache"
+            cache_dir.mkdir(mode=0o700, exist_ok=True)
+            os.environ["CACHE_URL"] = f"filecache://{cache_dir}"
         url = server_url(*listener.getsockname()[:2])
         metrics_dir = None
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
