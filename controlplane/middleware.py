@@ -1,4 +1,4 @@
-"""Request hygiene that runs before Django's own middleware."""
+"""Request hygiene that runs before Django's own middleware, and response headers."""
 
 import re
 
@@ -22,5 +22,19 @@ def malformed_session_cookie_middleware(get_response):
         if value is not None and not SESSION_KEY.fullmatch(value):
             del request.COOKIES[name]
         return get_response(request)
+
+    return middleware
+
+
+def permissions_policy_middleware(get_response):
+    """Send `settings.PERMISSIONS_POLICY` (the browser features no page may use) with every
+    response that has none of its own."""
+
+    def middleware(request):
+        response = get_response(request)
+        policy = getattr(settings, "PERMISSIONS_POLICY", "")
+        if policy:
+            response.headers.setdefault("Permissions-Policy", policy)
+        return response
 
     return middleware

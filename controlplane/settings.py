@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "axes",
+    "csp",
     "controlplane",
     "automemory",
     "worker",
@@ -75,9 +76,52 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "controlplane.middleware.permissions_policy_middleware",
     # Last: answers a locked-out sign-in (the admin's and the console's) with 429.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Content security policy (django-csp; docs/security.md): every response, the console, the
+# admin and the API docs included, may run scripts only from this site's own files (no
+# inline script, no eval), load styles, images, fonts and data only from it, never be framed
+# and post forms only to it. CSP_REPORT_URI, when set, receives the browser's reports.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+        **({"report-uri": [env.str("CSP_REPORT_URI")]} if env.str("CSP_REPORT_URI", "") else {}),
+    }
+}
+# What the browser may use on these pages: none of the powerful features (the app uses none).
+PERMISSIONS_POLICY = ", ".join(
+    f"{feature}=()"
+    for feature in (
+        "accelerometer",
+        "autoplay",
+        "camera",
+        "display-capture",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "payment",
+        "publickey-credentials-get",
+        "screen-wake-lock",
+        "serial",
+        "usb",
+        "xr-spatial-tracking",
+    )
+)
 
 # Password sign-ins (the admin and the console) go through django-axes first: failed ones
 # count per client address and per username; either over AXES_FAILURE_LIMIT locks sign-in
@@ -206,6 +250,11 @@ REST_FRAMEWORK = {
 # Throttle counters live in this cache; several API processes need a shared one, e.g.
 # CACHE_URL=redis://127.0.0.1:6379/0 (the default, locmem, is per process).
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+# django-axes warns (axes.W001) that a per-process or a file cache cannot share its sign-in
+# counters reliably. `make run` shares a file cache between its processes on one machine on
+# purpose (an increment may race and undercount); only that one passes quietly.
+if CACHES["default"]["BACKEND"].endswith("FileBasedCache"):
+    SILENCED_SYSTEM_CHECKS = ["axes.W001"]
 # django-axes reads the client address as the API's throttles do: REMOTE_ADDR, or behind
 # API_NUM_PROXIES trusted proxies the address they put in X-Forwarded-For.
 if REST_FRAMEWORK["NUM_PROXIES"]:

@@ -1,7 +1,8 @@
+from csp.decorators import csp_update
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from controlplane import health, metrics
 
@@ -13,7 +14,15 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
     path("api/schema", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    # The split view serves its start-up script as a file (?script): no inline script (CSP).
+    # Swagger UI sets inline styles as it renders, so its page alone allows inline style.
+    path(
+        "api/docs",
+        csp_update({"style-src": ["'unsafe-inline'"]})(
+            SpectacularSwaggerSplitView.as_view(url_name="schema")
+        ),
+        name="api-docs",
+    ),
     path("", include("controlplane.api.urls")),
     path("", include("automemory.api.urls")),
 ]

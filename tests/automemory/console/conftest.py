@@ -95,12 +95,34 @@ def console_url(live_server, transactional_db):
     return url
 
 
+def is_csp_violation(text: str) -> bool:
+    """Whether a browser console message reports a content security policy violation."""
+    return "Content Security Policy" in text or "Content-Security-Policy" in text
+
+
 @pytest.fixture
-def page(page):
-    """pytest-playwright's page with short timeouts: a missing element fails in seconds."""
+def csp_violations():
+    """What the page's console reported as CSP violations (the `page` fixture fills it)."""
+    return []
+
+
+@pytest.fixture
+def page(page, csp_violations, request):
+    """pytest-playwright's page with short timeouts: a missing element fails in seconds.
+
+    Any content security policy violation the browser reports in its console fails the test
+    (at teardown), unless the test marks itself `expects_csp_violation`."""
     page.set_default_timeout(10_000)
     page.set_default_navigation_timeout(20_000)
-    return page
+    page.on(
+        "console",
+        lambda message: (
+            csp_violations.append(message.text) if is_csp_violation(message.text) else None
+        ),
+    )
+    yield page
+    if request.node.get_closest_marker("expects_csp_violation") is None:
+        assert not csp_violations, f"CSP violations reported: {csp_violations}"
 
 
 @pytest.fixture
