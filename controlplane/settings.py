@@ -14,6 +14,8 @@ from urllib.parse import parse_qsl, urlsplit
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from controlplane.private_files import private_dir, private_sqlite_files
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -161,11 +163,15 @@ TEMPLATES = [
 
 WSGI_APPLICATION = "controlplane.wsgi.application"
 
-VAR_DIR.mkdir(exist_ok=True)
+# var/ (0700) and a SQLite database with its -wal and -shm files (0600) are private to the
+# user the app runs as (controlplane/private_files.py, docs/deploy.md "File modes").
+private_dir(VAR_DIR)
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'controlplane.sqlite3'}"),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    if str(DATABASES["default"]["NAME"]) not in ("", ":memory:"):
+        private_sqlite_files(Path(DATABASES["default"]["NAME"]))
     # A server and several workers share one file: WAL lets readers run beside a writer,
     # IMMEDIATE transactions take the write lock up front instead of failing on upgrade,
     # and the busy timeout makes a writer wait for the lock instead of erroring at once.
