@@ -99,7 +99,6 @@ def test_the_try_it_block_runs_as_pasted_against_make_run(fresh_clone, tmp_path)
         )
         assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
         assert re.search(r"^task \d+: completed$", done.stdout, re.M), done.stdout[-3000:]
-        assert '"detail"' not in done.stdout  # no error body anywhere
 
         var = fresh_clone / "var"
         database = var / "controlplane.sqlite3"
