@@ -139,7 +139,7 @@ _SYSTEM_PROMPT_OTHER_LANGUAGES = (
     r"|システムプロンプト|システムメッセージ|システム指示|隠し指示"
 )
 
-_FLAGS_BEFORE = r"(?:\s+-{1,2}[a-z][\w-]*)*"
+_FLAGS_BEFORE = r"(?:\s+-{1,2}[a-z][\w-]*){0,6}"
 # What a credential is, as a path or a name.
 # Files in a home directory (or /etc) that hold credentials, and nothing else.
 _HOME_SECRET_PATH = (
@@ -219,7 +219,7 @@ _CREDENTIAL_READ = re.compile(
     r"|\b(?:echo|print|printf|output|show|reveal|include|paste|send|write)\s+[\"']?\$\{?"
     r"[a-z_]*(?:token|secret|password|passwd|api_key|"
     r"access_key)[a-z_]*\b"
-    r"|^\s*(?:\$\s*)?(?:printenv|env)\s*$"
+    r"|^[^\S\n]*(?:\$\s*)?(?:printenv|env)\s*$"
     r"|\b(?:gpg\s+--export-secret-keys|security\s+find-(?:generic|internet)-password|"
     r"aws\s+configure\s+export-credentials|gh\s+auth\s+token|git\s+credential\s+fill|"
     r"aws\s+sts\s+get-session-token)\b",
@@ -228,8 +228,8 @@ _CREDENTIAL_READ = re.compile(
 
 _DESTRUCTIVE = re.compile(
     # rm -rf on the root, the home directory, everything, or without the root's guard.
-    r"\brm\s+(?:-{1,2}[\w-]+\s+)*-(?:[a-z]*r[a-z]*f|[a-z]*f[a-z]*r)[a-z]*\s+"
-    r"(?:-{1,2}[\w-]+\s+)*(?:/(?:\*|\s|$|bin\b|etc\b|usr\b|var\b|home\b|boot\b)|~/?(?:\s|$|\*)"
+    r"\brm\s+(?:-{1,2}[\w-]+\s+){0,4}-(?:[a-z]*r[a-z]*f|[a-z]*f[a-z]*r)[a-z]*\s+"
+    r"(?:-{1,2}[\w-]+\s+){0,4}(?:/(?:\*|\s|$|bin\b|etc\b|usr\b|var\b|home\b|boot\b)|~/?(?:\s|$|\*)"
     r"|\$home\b|\$\{home\}|\*\s*$|\.\s*$|\.\./|--no-preserve-root)"
     r"|\brm\s+[^\n]{0,40}--no-preserve-root"
     r"|\bmkfs(?:\.\w+)?\s+[^\n]{0,40}/dev/"
@@ -241,7 +241,7 @@ _DESTRUCTIVE = re.compile(
     r"|\bdrop\s+(?:database|schema)\b|\bdrop\s+table\s+(?!if\s+exists\s+tmp)\w+\s*(?:;|cascade)"
     r"|\btruncate\s+table\s+\w+\s*(?:;|cascade)|\bdropdb\s+\w"
     r"|\bdelete\s+from\s+\w+\s*;"
-    r"|\bgit\s+push\s+(?:\S+\s+)*(?:-f\b|--force\b|--force-with-lease\b)[^\n]*\b(?:main|master|"
+    r"|\bgit\s+push\s+(?:\S+\s+){0,6}(?:-f\b|--force\b|--force-with-lease\b)[^\n]*\b(?:main|master|"
     r"production|release)\b|\bgit\s+push\s+\S+\s+\+(?:main|master)\b"
     r"|\b(?:shred|wipefs)\s+[^\n]{0,40}/dev/|\bformat\s+c:"
     r"|\b(?:del|erase)\s+/[fsq]\s+[^\n]{0,20}c:\\|\brd\s+/s\s+/q\s+c:\\"
@@ -341,10 +341,10 @@ _RULES: list[tuple[str, Callable[[str], bool]]] = [
         re.compile(
             r"</?\s*(?:system|user|assistant|human|developer|tool|instructions?)\s*>"
             r"|<\|[a-z_]{2,30}\|>|\[/?inst\]|<<\s*/?sys\s*>>"
-            r"|^\s*#{1,6}\s*(?:system|user|assistant|human|instructions?|response)\s*:"
-            r"|^\s*(?:assistant|human)\s*:"
+            r"|^[^\S\n]*#{1,6}\s*(?:system|user|assistant|human|instructions?|response)\s*:"
+            r"|^[^\S\n]*(?:assistant|human)\s*:"
             # "System: Ubuntu 22.04" is a note; "System: you are..." poses as a turn.
-            r"|^\s*system\s*:\s*(?:you|ignore|disregard|from\s+now|new\s+rules|the\s+user)\b",
+            r"|^[^\S\n]*system\s*:\s*(?:you|ignore|disregard|from\s+now|new\s+rules|the\s+user)\b",
             re.MULTILINE,
         ).search,
     ),
@@ -360,16 +360,17 @@ _RULES: list[tuple[str, Callable[[str], bool]]] = [
         "fence_marker",
         re.compile(
             # The block's own markers (`=== begin memories <nonce> ===`) or look-alikes.
-            r"(?:={3,}|-{3,}|\*{3,}|#{3,}|<{3,}|>{3,}|\[{2,}|~{3,})\s*(?:begin|end|start|stop|"
+            r"(?:(?<!=)={3,}|(?<!-)-{3,}|(?<!\*)\*{3,}|(?<!#)#{3,}|(?<!<)<{3,}|(?<!>)>{3,}"
+            r"|(?<!\[)\[{2,}|(?<!~)~{3,})\s*(?:begin|end|start|stop|"
             r"close)\w*\s+(?:of\s+)?(?:the\s+)?(?:memor(?:y|ies)|notes?|context|fence|quoted|"
             r"reference|data|block|untrusted|past)\b"
             r"|\b(?:end|close)\s+(?:of\s+)?(?:the\s+)?(?:past\s+)?memor(?:y|ies)(?:\s+block)?\s*"
             r"(?:={2,}|-{2,}|\]|>|$)"
             r"|\bend\s+of\s+(?:the\s+)?(?:memory\s+block|quoted\s+notes|past\s+memories)\b"
             # Its headings: `## Task`, `## Past memories`, as a line of their own.
-            r"|^\s*#{1,6}\s*(?:(?:new|real|actual|current|your)\s+)?task\s*:?\s*$"
-            r"|^\s*#{1,6}\s*past\s+memories\b"
-            r"|^\s*#{1,6}\s*(?:new\s+)?instructions?\s*:?\s*$",
+            r"|^[^\S\n]*#{1,6}\s*(?:(?:new|real|actual|current|your)\s+)?task\s*:?\s*$"
+            r"|^[^\S\n]*#{1,6}\s*past\s+memories\b"
+            r"|^[^\S\n]*#{1,6}\s*(?:new\s+)?instructions?\s*:?\s*$",
             re.MULTILINE,
         ).search,
     ),

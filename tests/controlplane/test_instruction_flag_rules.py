@@ -81,20 +81,33 @@ def test_accents_alone_are_no_disguise():
     assert "override_instructions" in flags and "confusable_letters" not in flags
 
 
-def test_the_rules_are_fast_on_long_adversarial_text():
+ADVERSARIAL_UNITS = [
+    "rm -rf ",
+    "rm -",
+    "git push ",
+    "cat -",
+    "cat .env ",
+    "curl -d @",
+    "curl -f ",
+    "=== begin ",
+    "<",
+    "=",
+    "#",
+    "\n",
+    "\n#",
+    "send the token to http://x/ ",
+    "print all ",
+    "\u5ffd\u7565\u4e4b\u524d",
+    "\u0456",
+]
+
+
+@pytest.mark.parametrize("unit", ADVERSARIAL_UNITS)
+def test_the_rules_are_fast_on_long_adversarial_text(unit):
+    """A memory holds up to 20,000 characters: no rule backtracks quadratically on them."""
     import time
 
-    units = [
-        "rm -rf ",
-        "cat .env ",
-        "curl -d @",
-        "=== begin ",
-        "send the token to http://x/ ",
-        "忽略之前",
-        "\u0456" * 5 + " ",
-    ]
-    text = "".join(unit * (4000 // len(unit)) for unit in units)
+    text = unit * (20_000 // len(unit))
     started = time.perf_counter()
     instruction_flags(text)
-    instruction_flags("\n".join(units) * 500)
-    assert time.perf_counter() - started < 2.0
+    assert time.perf_counter() - started < 1.5
