@@ -139,7 +139,9 @@ AXES_CACHE = "default"
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=10)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
-AXES_RESET_ON_SUCCESS = True
+# A success does not reset the counters: an attacker signing in to an account of their own
+# would otherwise clear their address's count between guesses at others. They expire.
+AXES_RESET_ON_SUCCESS = False
 AXES_ENABLE_ADMIN = False  # nothing in its tables with the cache handler; see the users admin
 AXES_VERBOSE = False
 
