@@ -9,6 +9,7 @@ class ControlPlaneConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
+        from controlplane import checks  # noqa: F401  (registers the system checks)
         from controlplane.services.usage import sqlite_month_trigger_ensure
 
         # A SQLite table rebuild (some column changes) drops the monthly spend trigger.
