@@ -88,7 +88,7 @@ def memories_shown_to(task: Task, memory_ids: Iterable[int]) -> set[int]:
     """Which of `memory_ids` were shown to `task`: injected into it, or returned to it by the
     memory tool (one query, none when all were injected)."""
     wanted = set(memory_ids)
-    injected = wanted & set(task.injected_memory_ids or ())
+    injected = wanted & set(task.injected_ids)
     rest = wanted - injected
     if not rest:
         return injected
