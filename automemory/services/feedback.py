@@ -207,6 +207,9 @@ def memory_report(
         ).first()
         if existing is not None:
             return existing
+        # The task's row is the lock of its report count: two reports of one task at once
+        # (on different memories) cannot both see room for one more.
+        Task.objects.select_for_update().filter(pk=task.pk).values_list("pk").first()
         made = MemoryFeedback.objects.filter(task_id=task.pk, kind=FeedbackKind.REPORT).count()
         if made >= conf.get("REPORTS_PER_TASK"):
             logger.warning(
