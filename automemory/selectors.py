@@ -312,7 +312,7 @@ def memory_history_get(*, user, memory: IdentityMemory) -> list[HistoryEntry]:
     feedback = (
         MemoryFeedback.objects.filter(memory_id=memory.pk)
         .filter(Q(task__isnull=True) | Q(task__in=visible_tasks))
-        .select_related("task", "user")
+        .select_related("task", "task__user", "user")
         .order_by("-created_at", "-id")[: 2 * MEMORY_HISTORY_LIMIT]
     )
     entries = [

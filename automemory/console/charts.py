@@ -24,6 +24,11 @@ class Series:
     values: list[int]
 
 
+def _n(number: float) -> str:
+    """A coordinate with one decimal (format_html escapes its arguments before formatting)."""
+    return f"{number:.1f}"
+
+
 def _nice_max(value: int) -> int:
     """The axis top: the smallest 1, 2 or 5 times a power of ten not below `value`."""
     if value <= 0:
@@ -101,27 +106,27 @@ def grouped_bars(
             y = TOP + plot_h - bar_h
             parts.append(
                 format_html(
-                    '<rect class="chart-bar {}" x="{:.1f}" y="{:.1f}" width="{:.1f}" '
-                    'height="{:.1f}"><title>{}: {} {}</title></rect>'
-                    '<text class="chart-value" x="{:.1f}" y="{:.1f}" '
+                    '<rect class="chart-bar {}" x="{}" y="{}" width="{}" '
+                    'height="{}"><title>{}: {} {}</title></rect>'
+                    '<text class="chart-value" x="{}" y="{}" '
                     'text-anchor="middle">{}</text>',
                     one.css,
-                    x,
-                    y,
-                    max(bar_w - 2, 1),
-                    bar_h,
+                    _n(x),
+                    _n(y),
+                    _n(max(bar_w - 2, 1)),
+                    _n(bar_h),
                     category,
                     value,
                     one.name,
-                    x + bar_w / 2 - 1,
-                    y - 3,
+                    _n(x + bar_w / 2 - 1),
+                    _n(y - 3),
                     value,
                 )
             )
         parts.append(
             format_html(
-                '<text class="chart-label" x="{:.1f}" y="{}" text-anchor="middle">{}</text>',
-                LEFT + index * group_w + group_w / 2,
+                '<text class="chart-label" x="{}" y="{}" text-anchor="middle">{}</text>',
+                _n(LEFT + index * group_w + group_w / 2),
                 TOP + plot_h + 14,
                 category,
             )
@@ -157,9 +162,9 @@ def horizontal_bars(
     body = format_html_join(
         "",
         '<text class="chart-label" x="{}" y="{}" text-anchor="end">{}</text>'
-        '<rect class="chart-bar {}" x="{}" y="{}" width="{:.1f}" height="{}">'
+        '<rect class="chart-bar {}" x="{}" y="{}" width="{}" height="{}">'
         "<title>{}: {}</title></rect>"
-        '<text class="chart-value" x="{:.1f}" y="{}">{}</text>',
+        '<text class="chart-value" x="{}" y="{}">{}</text>',
         (
             (
                 label_w - 8,
@@ -168,11 +173,11 @@ def horizontal_bars(
                 css,
                 label_w,
                 TOP + i * row_h,
-                plot_w * value / top,
+                _n(plot_w * value / top),
                 row_h - 8,
                 label,
                 value,
-                label_w + plot_w * value / top + 4,
+                _n(label_w + plot_w * value / top + 4),
                 TOP + i * row_h + 13,
                 value,
             )

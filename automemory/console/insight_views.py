@@ -81,7 +81,7 @@ def project_preview(request: HttpRequest, project_id: str) -> HttpResponse:
             received, left_out = _preview_rows(plan)
             context.update(
                 plan=plan,
-                block=plan.fitted.block if plan.fitted is not None else "",
+                preview_block=plan.fitted.block if plan.fitted is not None else "",
                 received=received,
                 left_out=left_out,
             )
