@@ -335,12 +335,13 @@ HEALTH_NEVER_CITED_SHOWN = 10
 @dataclass(frozen=True)
 class HealthWeek:
     """One week of a project's memory use: memories injected (one per task and memory),
-    cited and reported."""
+    cited and reported, and memories created."""
 
     start: date
     injected: int
     cited: int
     reported: int
+    created: int = 0
 
     @property
     def cite_rate(self) -> float | None:
@@ -384,9 +385,10 @@ HEALTH_STATES = ("active", "held_for_review", "superseded", "archived")
 
 def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHealth:
     """`project`'s memory health over the last `HEALTH_WEEKS` weeks (the last week ends
-    today), as `user`, a member, sees it. Seven queries whatever the project's size: the
-    states, the feedback per day and kind, the tasks that received memories, which of their
-    memories are the project's, the never-cited, the top cited and the top reported.
+    today), as `user`, a member, sees it. Eight queries whatever the project's size: the
+    states, the memories created per day, the feedback per day and kind, the tasks that
+    received memories, which of their memories are the project's, the never-cited, the top
+    cited and the top reported.
 
     Injected counts a memory once per task whose first turn received it; cited and reported
     count feedback rows (a task cites a memory once). Cite rate is cited ÷ injected.
@@ -407,6 +409,19 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
     def week_of(day: date) -> int | None:
         index = (day - first_day).days // 7
         return index if 0 <= index < HEALTH_WEEKS else None
+
+    created = [0] * HEALTH_WEEKS
+    new_per_day = (
+        memories.filter(created_at__gte=since)
+        .annotate(day=TruncDate("created_at"))
+        .values_list("day")
+        .annotate(total=Count("pk"))
+        .order_by()
+    )
+    for day, total in new_per_day:
+        index = week_of(day)
+        if index is not None:
+            created[index] += total
 
     cited = [0] * HEALTH_WEEKS
     reported = [0] * HEALTH_WEEKS
@@ -444,7 +459,9 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
             injected[index] += sum(1 for pk in set(ids) if pk in projects)
 
     weeks = [
-        HealthWeek(first_day + timedelta(days=7 * i), injected[i], cited[i], reported[i])
+        HealthWeek(
+            first_day + timedelta(days=7 * i), injected[i], cited[i], reported[i], created[i]
+        )
         for i in range(HEALTH_WEEKS)
     ]
     after = int(conf.get("NEVER_CITED_AFTER"))

@@ -378,6 +378,7 @@ def test_health_counts_states_cite_rate_reports_never_cited_and_tops(
     assert [week.injected for week in health.weeks][-2:] == [2, 4]
     assert [week.cited for week in health.weeks][-2:] == [1, 2]
     assert health.weeks[-1].cite_rate == 0.5
+    assert health.weeks[-1].created == 5 and sum(week.created for week in health.weeks) == 5
     assert health.cite_rate == 3 / 8
     assert [m.pk for m in health.never_cited] == [ignored.pk] and health.never_cited_count == 1
     assert [m.pk for m in health.top_cited] == [used.pk]
@@ -402,10 +403,10 @@ def test_health_is_for_members(client, project, user_for_role, role):
     assert response.status_code == (200 if role == "viewer" else 404)
 
 
-def test_health_takes_seven_queries_whatever_the_size(
+def test_health_takes_eight_queries_whatever_the_size(
     client, project, alice, bob, task_factory, memory_factory
 ):
-    """The counting is `memory_health_get`: 7 queries for a small project and for one with
+    """The counting is `memory_health_get`: 8 queries for a small project and for one with
     many more memories, tasks and feedback rows."""
 
     def count() -> int:
@@ -416,7 +417,7 @@ def test_health_takes_seven_queries_whatever_the_size(
     health_story(project, alice, bob, task_factory, memory_factory)
     small = count()
     health_story(project, alice, bob, task_factory, memory_factory, extra=30)
-    assert small == count() == 7
+    assert small == count() == 8
 
 
 # --- A memory's history and counts ---------------------------------------------------------------
