@@ -191,8 +191,10 @@ def memory_edit(request: HttpRequest, memory_id: str) -> HttpResponse:
     else:
         form = MemoryContentForm(initial={"content": memory.content})
         status = 200
-    back_url = next_url(request, reverse("console:memory", args=[memory.pk]))
-    context = {"memory": memory, "form": form, "back_url": back_url, "next": back_url}
+    # A page that sent the user here (`next`, e.g. Needs review) is where they go back to.
+    explicit = next_url(request, "")
+    back_url = explicit or reverse("console:memory", args=[memory.pk])
+    context = {"memory": memory, "form": form, "back_url": back_url, "next": explicit}
     return render(request, "console/memory_edit.html", context, status=status)
 
 
@@ -206,8 +208,9 @@ def memory_delete(request: HttpRequest, memory_id: str) -> HttpResponse:
         memory_services.memory_delete(user=request.user, memory=memory)
         messages.success(request, "Memory deleted. It will not come back.")
         return redirect(back_url)
-    back_url = next_url(request, reverse("console:memory", args=[memory.pk]))
-    context = {"memory": memory, "back_url": back_url, "next": back_url}
+    explicit = next_url(request, "")
+    back_url = explicit or reverse("console:memory", args=[memory.pk])
+    context = {"memory": memory, "back_url": back_url, "next": explicit}
     return render(request, "console/memory_confirm_delete.html", context)
 
 
