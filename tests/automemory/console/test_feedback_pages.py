@@ -495,6 +495,9 @@ def test_a_held_memory_awaits_its_author_and_does_not_exist_for_anyone_else(
     assert reverse("console:memory_edit", args=[held.pk]) in detail
     assert reverse("console:memory_delete", args=[held.pk]) in detail
     assert "you only, until you share it" in detail
+    # Its author shares, edits or deletes it; a report would hold it for owners who cannot
+    # see it.
+    assert reverse("console:memory_report", args=[held.pk]) not in detail
 
     auto_memory_on(alice)
     for other in (alice, vera):
