@@ -438,10 +438,12 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
         (started or created, ids) for started, created, ids in receivers if isinstance(ids, list)
     ]
     # Of the ids the tasks received, the project's memories this user may see (not the
-    # users' own memories, nor those held for another author).
-    received = {pk for _, ids in receivers for pk in ids if type(pk) is int}
-    projects = set(
-        memories.filter(pk__in=received).values_list("pk", flat=True) if received else ()
+    # users' own memories, nor those held for another author): a memory injected in the
+    # window was last injected in it, so no list of ids goes into the query.
+    projects = (
+        set(memories.filter(last_injected_at__gte=since).values_list("pk", flat=True))
+        if receivers
+        else set()
     )
     injected = [0] * HEALTH_WEEKS
     for at, ids in receivers:

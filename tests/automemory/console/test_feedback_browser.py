@@ -176,9 +176,14 @@ def test_browser_memory_health_charts_without_javascript(
     page_without_js, project, alice, bob, task_factory, memory_factory, tmp_path
 ):
     now = timezone.now()
-    used = memory_factory(project=project, content="Deploys go through make deploy.")
+    used = memory_factory(
+        project=project, content="Deploys go through make deploy.", last_injected_at=now
+    )
     ignored = memory_factory(
-        project=project, content="The wiki has a page on ports.", injection_count=14
+        project=project,
+        content="The wiki has a page on ports.",
+        injection_count=14,
+        last_injected_at=now,
     )
     memory_factory(project=project, status=MemoryStatus.ARCHIVED, archived_at=now)
     for weeks_ago in range(6):

@@ -331,9 +331,15 @@ def test_preview_says_when_use_memories_is_off_and_swaps_in_place_with_htmx(
 def health_story(project, alice, bob, task_factory, memory_factory, *, extra=0):
     """Memories in every state, tasks that received them over the weeks, cites and reports."""
     now = timezone.now()
-    used = memory_factory(project=project, content="Deploys go through make deploy.")
+    # As the injector leaves them: counted, and when last injected.
+    used = memory_factory(
+        project=project, content="Deploys go through make deploy.", last_injected_at=now
+    )
     ignored = memory_factory(
-        project=project, content="The wiki has a page on ports.", injection_count=12
+        project=project,
+        content="The wiki has a page on ports.",
+        injection_count=12,
+        last_injected_at=now,
     )
     memory_factory(project=project, status=MemoryStatus.ARCHIVED, archived_at=now)
     memory_factory(project=project, status=MemoryStatus.SUPERSEDED)
@@ -394,6 +400,29 @@ def test_health_counts_states_cite_rate_reports_never_cited_and_tops(
     assert "Most cited" in body and used.content in body
     assert_no_inline_script(body)
     assert "<script" not in body.split("</head>")[1]
+
+
+def test_health_counts_what_the_worker_injected_and_the_tasks_cited(
+    project, alice, bob, auto_memory_on, memory_factory, task_factory
+):
+    """Through the real injection and the worker's citation parsing, not hand-set rows."""
+    auto_memory_on(alice)
+    auto_memory_on(bob)
+    first = memory_factory(project=project, content="Deploys go through make deploy.")
+    second = memory_factory(project=project, content="Releases are cut on Mondays.")
+    memory_factory(user=alice, content="Alice's own note.")
+    for user in (alice, bob, alice):
+        task_factory(project, user, prompt=f"Ship it.\nMemories used: #{first.pk}")
+    worker = Worker(executor=EchoExecutor(), heartbeat_seconds=0, poll_interval=0)
+    for _ in range(3):
+        worker.run_round()
+
+    health = selectors.memory_health_get(project=project, user=bob)
+
+    assert health.injected == 6  # two project memories into each of three tasks
+    assert health.cited == 3 and health.weeks[-1].cite_rate == 0.5
+    assert {m.pk for m in health.top_cited} == {first.pk}
+    assert second.pk not in {m.pk for m in health.top_cited}
 
 
 @pytest.mark.parametrize("role", ["viewer", "stranger"])
@@ -545,3 +574,26 @@ def test_settings_explain_the_two_privacy_settings_in_one_sentence_each(client, 
         help_text = re.search(rf'id="id_{name}_help">([^<]+)</p>', body).group(1)
         assert help_text.strip().endswith(".")
         assert help_text.count(". ") == 0, help_text
+
+
+# --- Bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad_id", ["junk", "0", "-1", "99999999", "١٢", "9" * 30])
+@pytest.mark.parametrize(
+    "name", ["project_review", "project_preview", "project_health", "memory_report"]
+)
+def test_bad_ids_are_404(client, alice, bad_id, name):
+    client.force_login(alice)
+    assert client.get(reverse(f"console:{name}", args=[bad_id])).status_code == 404
+
+
+def test_wrong_methods_and_odd_pages(client, project, alice, memory_factory):
+    memory = memory_factory(project=project)
+    client.force_login(alice)
+    assert client.get(reverse("console:memory_share", args=[memory.pk])).status_code == 405
+    for name in ("project_review", "project_preview", "project_health"):
+        url = reverse(f"console:{name}", args=[project.pk])
+        assert client.post(url).status_code == 405
+    assert client.get(review_url(project), {"page": "abc"}).status_code == 200
+    assert client.get(review_url(project), {"page": "99999"}).status_code == 200
