@@ -15,6 +15,7 @@ from automemory import selectors
 from automemory.models import FeedbackKind, MemoryFeedback
 from automemory.services.feedback import memories_shown_record, memory_cite, memory_report
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, TaskStatus
+from controlplane.services import memories as memory_services
 from worker.executors.echo import EchoExecutor
 from worker.loop import Worker
 
@@ -98,6 +99,27 @@ def test_needs_review_lists_flagged_and_reported_memories_with_task_and_redacted
     page = client.get(reverse("console:project_memories", args=[project.pk])).content.decode()
     assert review_url(project) in page
     assert re.search(r'id="review-count">2<', page)
+
+
+def test_reports_from_before_an_approval_are_marked_as_such(
+    client, project, alice, bob, vera, memory_factory
+):
+    memory = memory_factory(project=project, content="Deploys go through Jenkins.")
+    memory_report(memory=memory, reason="wrong", note="First round.", user=bob)
+    memory.refresh_from_db()
+    memory_services.memory_approve(user=alice, memory=memory)
+    MemoryFeedback.objects.filter(memory=memory).update(
+        created_at=timezone.now() - timedelta(days=2)
+    )
+    memory_report(memory=memory, reason="outdated", note="Second round.", user=vera)
+    client.force_login(alice)
+
+    body = client.get(review_url(project)).content.decode()
+
+    rows = body.split('class="reports"')[1].split("</table>")[0].split("<tr>")
+    second = next(row for row in rows if "Second round." in row)
+    first = next(row for row in rows if "First round." in row)
+    assert "before an earlier approval" in first and "before an earlier approval" not in second
 
 
 @pytest.mark.parametrize(
