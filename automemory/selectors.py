@@ -10,7 +10,13 @@ from django.db.models.functions import Coalesce, Lower, TruncDate
 from django.utils import timezone
 
 from automemory import conf
-from automemory.models import AutoMemoryLog, FeedbackKind, MemoryFeedback, TaskMemoryShown
+from automemory.models import (
+    AutoMemoryLog,
+    FeedbackKind,
+    MemoryFeedback,
+    Reason,
+    TaskMemoryShown,
+)
 from controlplane.access import (
     held_for_others,
     memories_visible_to,
@@ -153,6 +159,8 @@ class TaskPage:
     produced_memory: IdentityMemory | None
     produced_link: MemorySourceTask | None
     log: AutoMemoryLog | None
+    # The task produced a memory held for another author: nothing of it is shown.
+    withheld: bool = False
 
 
 def task_page_get(*, user, task: Task) -> TaskPage:
@@ -188,6 +196,22 @@ def task_page_get(*, user, task: Task) -> TaskPage:
     log = AutoMemoryLog.objects.filter(task=task).select_related("memory").first()
     if produced is None and log is not None:
         produced = log.memory
+    # A memory held for its author (privacy by consent) does not exist for anyone else:
+    # neither it nor the log row that wrote it shows on its task's page.
+    withheld = (produced is not None and _held_for_other(produced, user)) or (
+        log is not None
+        and (
+            (log.memory is not None and _held_for_other(log.memory, user))
+            # Held, then forgotten by its author: still theirs alone to know about.
+            or (
+                log.memory is None
+                and log.reason == Reason.HELD_FOR_AUTHOR
+                and task.user_id != getattr(user, "pk", None)
+            )
+        )
+    )
+    if withheld:
+        produced, link, log = None, None, None
     return TaskPage(
         followups=followups,
         runs=runs,
@@ -195,6 +219,13 @@ def task_page_get(*, user, task: Task) -> TaskPage:
         produced_memory=produced,
         produced_link=link,
         log=log,
+        withheld=withheld,
+    )
+
+
+def _held_for_other(memory: IdentityMemory, user) -> bool:
+    return memory.visibility == MemoryVisibility.AUTHOR and memory.created_by_id != getattr(
+        user, "pk", None
     )
 
 

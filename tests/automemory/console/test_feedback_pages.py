@@ -619,3 +619,30 @@ def test_wrong_methods_and_odd_pages(client, project, alice, memory_factory):
         assert client.post(url).status_code == 405
     assert client.get(review_url(project), {"page": "abc"}).status_code == 200
     assert client.get(review_url(project), {"page": "99999"}).status_code == 200
+
+
+def test_a_held_memory_is_not_on_its_source_tasks_page_for_other_members(
+    client, project, alice, bob, task_factory, log_row_factory
+):
+    from automemory.models import Outcome, Reason
+    from controlplane.models import MemorySourceTask
+
+    task = task_factory(project, bob, completed=True)
+    held = held_for(bob, project, task_factory, "The requester may move to Initech soon.")
+    held.source_task = task
+    held.save()
+    MemorySourceTask.objects.create(memory=held, task=task)
+    log_row_factory(task, outcome=Outcome.EXTRACTED, reason=Reason.HELD_FOR_AUTHOR, memory=held)
+    url = reverse("console:task", args=[task.pk])
+
+    client.force_login(alice)
+    body = client.get(url).content.decode()
+    assert "Initech" not in body and "held_for_author" not in body
+    assert memory_url(held) not in body
+    client.force_login(bob)
+    own = client.get(url).content.decode()
+    assert "Initech" in own and "held_for_author" in own
+
+    held.delete()
+    client.force_login(alice)
+    assert "held_for_author" not in client.get(url).content.decode()
