@@ -6,6 +6,8 @@ The rules are the API's: access through `controlplane.access`, input through the
 serializers, writes through `automemory.services.feedback` and `automemory.services.sharing`.
 """
 
+import math
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -28,6 +30,7 @@ from controlplane.access import (
     memory_get_for_read,
     project_get_for,
 )
+from controlplane.api.throttling import UserThrottle
 from controlplane.errors import DomainError
 from controlplane.models import MemoryVisibility
 
@@ -83,6 +86,15 @@ def memory_report_page(request: HttpRequest, memory_id: str) -> HttpResponse:
     memory = access_get(memory_get_for_read, user=request.user, memory_id=memory_id)
     if request.method == "GET":
         return render(request, "console/memory_report.html", _report_context(memory))
+    throttle = UserThrottle()
+    if not throttle.allow_request(request, None):
+        # The API's per-user rate, on the same counter: the console is not a way around it.
+        wait = math.ceil(throttle.wait() or 1)
+        messages.error(request, f"Too many requests lately. Try again in {wait} seconds.")
+        context = _report_context(memory)
+        response = render(request, "console/memory_report.html", context, status=429)
+        response["Retry-After"] = str(wait)
+        return response
     data = {"reason": request.POST.get("reason", ""), "note": request.POST.get("note", "")}
     serializer = ReportInputSerializer(data=data)
     if serializer.is_valid():

@@ -646,3 +646,25 @@ def test_a_held_memory_is_not_on_its_source_tasks_page_for_other_members(
     held.delete()
     client.force_login(alice)
     assert "held_for_author" not in client.get(url).content.decode()
+
+
+def test_reports_count_against_the_apis_per_user_rate(
+    signed_in_client, project, bob, memory_factory, settings
+):
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {
+            **settings.REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"],
+            "user": "2/min",
+        },
+    }
+    memory = memory_factory(project=project)
+    client = signed_in_client(bob)
+    url = reverse("console:memory_report", args=[memory.pk])
+    statuses = [client.post(url, {"reason": "wrong"}).status_code for _ in range(3)]
+    assert statuses == [302, 302, 429]
+    refused = client.post(url, {"reason": "wrong"})
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    assert "Too many requests lately" in refused.content.decode()
+    memory.refresh_from_db()
+    assert memory.report_count == 2
