@@ -480,7 +480,7 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
     for at, ids in receivers:
         index = week_of(timezone.localdate(at))
         if index is not None:
-            injected[index] += sum(1 for pk in set(ids) if pk in projects)
+            injected[index] += len({pk for pk in ids if type(pk) is int} & projects)
 
     weeks = [
         HealthWeek(

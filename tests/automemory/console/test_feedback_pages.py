@@ -466,6 +466,8 @@ def test_health_takes_eight_queries_whatever_the_size(
         return len(queries)
 
     health_story(project, alice, bob, task_factory, memory_factory)
+    # A list written by hand, with junk in it, counts only its ids.
+    task_factory(project, alice, injected_memory_ids=["x", {"a": 1}, None, True, [2]])
     small = count()
     health_story(project, alice, bob, task_factory, memory_factory, extra=30)
     assert small == count() == 8
