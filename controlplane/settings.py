@@ -221,6 +221,10 @@ WORKER_POLL_INTERVAL_SECONDS = env.float("WORKER_POLL_INTERVAL_SECONDS", default
 WORKER_HEARTBEAT_SECONDS = env.float("WORKER_HEARTBEAT_SECONDS", default=10.0)
 # A running task whose heartbeat is older than this is re-queued as a checkpoint resume.
 WORKER_STALE_AFTER_SECONDS = env.float("WORKER_STALE_AFTER_SECONDS", default=60.0)
+# A turn whose agent finished while the database was unreachable keeps its result in memory
+# and retries the finish (with its ledger row) with back-off for up to this long, as long as
+# the worker still holds the task (docs/operations.md, Faults). 0: no retry.
+WORKER_FINISH_RETRY_SECONDS = env.float("WORKER_FINISH_RETRY_SECONDS", default=120.0)
 WORKER_CODEX_BINARY = env.str("WORKER_CODEX_BINARY", default="codex")
 WORKER_CODEX_WORKDIR = env.str("WORKER_CODEX_WORKDIR", default=str(VAR_DIR / "codex-work"))
 WORKER_CODEX_SANDBOX = env.str("WORKER_CODEX_SANDBOX", default="workspace-write")

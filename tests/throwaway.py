@@ -8,6 +8,7 @@ made and run as the `postgres` OS user (its directory handed to that user).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -131,10 +132,8 @@ class ThrowawayPostgres:
 
     def destroy(self) -> None:
         if (self.data / "postmaster.pid").exists():
-            try:
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
-            except (RuntimeError, subprocess.TimeoutExpired):
-                pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -152,9 +151,10 @@ class ThrowawayRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+        argv += ["--save", "", "--appendonly", "no", "--dir", str(self.dir)]
         self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.dir)],  # fmt: skip
+            argv,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
