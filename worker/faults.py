@@ -100,7 +100,7 @@ def retry_while_unreachable(
     seconds: float,
     should_stop: Callable[[], bool] = lambda: False,
     first_delay: float = 0.25,
-    max_delay: float = 5.0,
+    max_delay: float = 2.0,
     on_retry: Callable[[], None] = lambda: None,
 ) -> T:
     """`action()`, repeated while it fails on a connection error, `first_delay` doubling up to
