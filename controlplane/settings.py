@@ -184,6 +184,12 @@ REST_FRAMEWORK = {
 # Throttle counters live in this cache; several API processes need a shared one, e.g.
 # CACHE_URL=redis://127.0.0.1:6379/0 (the default, locmem, is per process).
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+if CACHES["default"]["BACKEND"].endswith(".RedisCache"):
+    # A Redis that hangs costs a request this long at most; throttling then fails open.
+    _cache_timeout = env.float("CACHE_TIMEOUT_SECONDS", default=0.5)
+    _cache_options = CACHES["default"].setdefault("OPTIONS", {})
+    _cache_options.setdefault("socket_connect_timeout", _cache_timeout)
+    _cache_options.setdefault("socket_timeout", _cache_timeout)
 for _scope, _rate in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"].items():
     # N/s, N/min, N/hour, N/day (DRF reads the period's first letter); empty: not throttled.
     if _rate and not re.fullmatch(r"[0-9]+/[smhd][a-z]*", _rate):
