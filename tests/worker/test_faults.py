@@ -9,18 +9,23 @@ lost, tasks run twice, the time to settle after the restart (docs/operations.md,
 
 import os
 import re
-import shlex
 import signal
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from django.db import connection, connections
 
 from controlplane.models import TaskStatus, UsageRecord
 from tests.throwaway import ThrowawayPostgres, postgres_bin_dir
-from tests.worker.conftest import SharedDatabase, _drop_alias, _postgres_url, wait_for
+from tests.worker.conftest import (
+    SharedDatabase,
+    _drop_alias,
+    _postgres_url,
+    agent_runs,
+    counting_agent,
+    wait_for,
+)
 from worker.models import TaskRun
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -60,12 +65,6 @@ def throwaway_db(django_db_blocker):
         cluster.destroy()
 
 
-def _agent(runs_dir: Path) -> str:
-    """A 0.1 s agent that leaves one line per run in `runs_dir/<task id>`."""
-    script = f'echo run >> {shlex.quote(str(runs_dir))}/"$CONTROLPLANE_TASK_ID"; sleep 0.1; echo ok'
-    return f"sh -c {shlex.quote(script)}"
-
-
 def _settled(db: SharedDatabase, ids: list[int]) -> bool:
     return db.tasks().filter(pk__in=ids).exclude(status__in=DONE).count() == 0
 
@@ -78,7 +77,7 @@ def test_a_database_outage_under_three_workers_runs_no_task_twice(
     runs_dir.mkdir()
     ids = db.seed_tasks(TASKS)
     env = {
-        "WORKER_COMMAND": _agent(runs_dir),
+        "WORKER_COMMAND": counting_agent(runs_dir),
         "WORKER_HEARTBEAT_SECONDS": "2",
         "WORKER_STALE_AFTER_SECONDS": "60",
     }
@@ -119,8 +118,8 @@ def test_a_database_outage_under_three_workers_runs_no_task_twice(
     for proc in workers:
         worker_processes.wait(proc, timeout=60)
 
-    agent_runs = {int(path.name): len(path.read_text().splitlines()) for path in runs_dir.iterdir()}
-    twice = sorted(task_id for task_id, n in agent_runs.items() if n > 1)
+    runs_per_task = agent_runs(runs_dir)
+    twice = sorted(task_id for task_id, n in runs_per_task.items() if n > 1)
     statuses = Counter(db.tasks().filter(pk__in=ids).values_list("status", flat=True))
     lost = TASKS - statuses[TaskStatus.COMPLETED]
     ledger = Counter(
@@ -153,7 +152,7 @@ def test_a_database_outage_under_three_workers_runs_no_task_twice(
     assert twice == [], logs[-20000:]
     assert lost == 0, statuses
     assert settle <= SETTLE_TARGET_SECONDS
-    assert set(agent_runs) == set(ids)
+    assert set(runs_per_task) == set(ids)
     assert set(ledger.values()) == {1} and len(ledger) == TASKS, "a finish was written twice"
     assert set(runs.values()) == {1} and len(runs) == TASKS
     # One warning per outage and thread (rounds, a task's heartbeat, recovery, sweeper).
