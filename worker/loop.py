@@ -38,7 +38,7 @@ from automemory.services.injector import InjectionPreferences
 from controlplane import selectors
 from controlplane.logging import context_thread, log_context
 from controlplane.models import Task
-from worker import faults, services
+from worker import faults, metrics, services
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
 from worker.executors.base import TokenUsage
 from worker.session_records import SessionKeeper
@@ -581,8 +581,10 @@ class Worker:
                 task.turn,
                 time.monotonic() - started,
             )
+            metrics.finish_retries.labels("dropped").inc()
             return "unrecorded"
         if attempts > 1:
+            metrics.finish_retries.labels("recorded" if finished else "not_held").inc()
             logger.warning(
                 "finish of task %s turn %s recorded after %.1fs and %d attempts%s",
                 task.pk,
