@@ -72,6 +72,7 @@ def _settled(db: SharedDatabase, ids: list[int]) -> bool:
 def test_a_database_outage_under_three_workers_runs_no_task_twice(
     throwaway_db, worker_processes, tmp_path
 ):
+    began = time.monotonic()
     db = throwaway_db
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()
@@ -94,6 +95,7 @@ def test_a_database_outage_under_three_workers_runs_no_task_twice(
         message=f"the workers did not get going:\n{worker_processes.logs()}",
     )
 
+    going = time.monotonic()
     connections[db.alias].close()
     db.cluster.stop()  # fast shutdown: every session is cut, as in a restart
     stopped_at = time.monotonic()
@@ -117,6 +119,7 @@ def test_a_database_outage_under_three_workers_runs_no_task_twice(
         proc.send_signal(signal.SIGTERM)
     for proc in workers:
         worker_processes.wait(proc, timeout=60)
+    stopped = time.monotonic()
 
     runs_per_task = agent_runs(runs_dir)
     twice = sorted(task_id for task_id, n in runs_per_task.items() if n > 1)
@@ -142,6 +145,8 @@ def test_a_database_outage_under_three_workers_runs_no_task_twice(
         + (f"settled {settle:.1f}s after the restart" if settled else "not settled")
         + f"; {retried} finishes recorded after a retry; outage warnings per worker {warnings},"
         f" {tracebacks} tracebacks in the logs"
+        f" (workers busy {going - began:.1f}s after the start,"
+        f" stopped {stopped - restarted_at - settle:.1f}s after the settle)"
     )
 
     for line in logs.splitlines():
