@@ -586,12 +586,12 @@ class Worker:
         if attempts > 1:
             metrics.finish_retries.labels("recorded" if finished else "not_held").inc()
             logger.warning(
-                "finish of task %s turn %s recorded after %.1fs and %d attempts%s",
+                "finish of task %s turn %s %s after %.1fs and %d attempts",
                 task.pk,
                 task.turn,
+                "recorded" if finished else "not written: the task is no longer held",
                 time.monotonic() - started,
                 attempts,
-                "" if finished else " (the task is no longer held: nothing written)",
             )
         return "finished" if finished else "discarded"
 
