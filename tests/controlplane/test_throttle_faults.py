@@ -21,6 +21,8 @@ from controlplane import metrics
 from tests.conftest import api_token_for
 from tests.throwaway import ThrowawayRedis
 
+# PostgreSQL: the live server answers the four clients from several threads at once, which
+# the in-memory SQLite test database (one shared connection) does not allow.
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 CLIENTS = 4

@@ -89,7 +89,7 @@ def test_a_finish_whose_reply_was_lost_is_not_written_again(
 
 
 def test_a_task_taken_over_during_the_outage_is_not_written_by_the_old_worker(
-    project, task_factory, worker_factory, monkeypatch, no_backoff
+    project, task_factory, worker_factory, monkeypatch, no_backoff, caplog
 ):
     task = task_factory(project)
 
@@ -101,9 +101,11 @@ def test_a_task_taken_over_during_the_outage_is_not_written_by_the_old_worker(
 
     flaky(monkeypatch, "task_finish", failures=1, before=taken_over)
 
-    report = worker_factory().run_round()
+    with caplog.at_level(logging.INFO, logger="worker.loop"):
+        report = worker_factory().run_round()
 
     assert [(run.task_id, run.outcome) for run in report.runs] == [(task.pk, "discarded")]
+    assert "not written: the task is no longer held" in caplog.text
     task.refresh_from_db()
     assert (task.status, task.worker_id) == (TaskStatus.RUNNING, "other-worker")
     assert not UsageRecord.objects.filter(task=task).exists()
