@@ -163,3 +163,71 @@ def test_a_database_outage_under_three_workers_runs_no_task_twice(
     # One warning per outage and thread (rounds, a task's heartbeat, recovery, sweeper).
     assert tracebacks == 0, logs[-20000:]
     assert max(warnings) <= 4, logs[-20000:]
+
+
+def test_a_long_turn_keeps_its_task_through_an_outage_its_heartbeats_resume(
+    throwaway_db, worker_processes, tmp_path
+):
+    """A 15 s turn across a 3.5 s outage, with a 10 s stale timeout: the heartbeat thread
+    replaces its broken connection and beats again, so the other worker never takes the
+    task for stale and its agent runs once."""
+    db = throwaway_db
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    [task_id] = db.seed_tasks(1, prompt="a long turn")
+    env = {
+        "WORKER_COMMAND": counting_agent(runs_dir, seconds=15),
+        "WORKER_HEARTBEAT_SECONDS": "1",
+        "WORKER_STALE_AFTER_SECONDS": "10",
+        "WORKER_FINISH_RETRY_SECONDS": "30",
+    }
+    workers = [
+        worker_processes.start(
+            db, "--executor", "command", "--poll-interval", "0.2", "--worker-id", f"w{i}", env=env
+        )
+        for i in range(2)
+    ]
+    wait_for(
+        lambda: (runs_dir / str(task_id)).exists(),
+        timeout=90,
+        message=f"the agent never started:\n{worker_processes.logs()}",
+    )
+    agent_started = time.monotonic()
+    time.sleep(1.5)
+    connections[db.alias].close()
+    db.cluster.stop()
+    time.sleep(3.5)
+    db.cluster.start()
+
+    def done():
+        try:
+            return db.tasks().filter(pk=task_id, status__in=DONE).exists()
+        except Exception:
+            connections[db.alias].close()
+            return False
+
+    wait_for(done, timeout=60, interval=0.2, message=worker_processes.logs())
+    finished_after = time.monotonic() - agent_started
+    for proc in workers:
+        proc.send_signal(signal.SIGTERM)
+    for proc in workers:
+        worker_processes.wait(proc, timeout=60)
+
+    runs = agent_runs(runs_dir)[task_id]
+    logs = worker_processes.logs()
+    print(
+        f"\n15 s turn, PostgreSQL down 3.5 s, stale after 10 s: agent ran {runs} time(s),"
+        f" task done {finished_after:.1f}s after its agent started;"
+        f" {logs.count('re-queued as a resume')} recoveries,"
+        f" {logs.count(f'heartbeat of task {task_id}: database unreachable')} heartbeat warnings"
+    )
+    for line in logs.splitlines():
+        if f"heartbeat of task {task_id}" in line:
+            print("   ", line)
+
+    assert runs == 1, logs
+    assert db.tasks().get(pk=task_id).status == TaskStatus.COMPLETED
+    assert "re-queued as a resume" not in logs
+    assert logs.count(f"heartbeat of task {task_id}: database unreachable") == 1, logs
+    assert f"heartbeat of task {task_id}: database reachable again" in logs
+    assert "Traceback" not in logs
