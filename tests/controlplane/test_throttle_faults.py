@@ -116,7 +116,7 @@ def test_redis_stopped_under_load_lets_requests_through_unthrottled(
     # concurrent requests let a few more through than the rate).
     assert before[429] > 0 and before[200] >= RATE
     assert during and set(during_codes) == {200}  # fails open
-    assert slowest < 1.0
+    assert slowest < 2.0  # no request waits on the stopped cache (a loaded machine is slow)
     assert after[200] > 0 and after[429] > 0  # and counts again, from zero
     assert caplog.text.count("throttle cache unreachable") == 1
     assert caplog.text.count("throttle cache reachable again") == 1
