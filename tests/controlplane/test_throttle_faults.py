@@ -19,7 +19,7 @@ import pytest
 
 from controlplane import metrics
 from tests.conftest import api_token_for
-from tests.throwaway import ThrowawayRedis
+from tests.throwaway import ThrowawayRedis, tool_missing
 
 # PostgreSQL: the live server answers the four clients from several threads at once, which
 # the in-memory SQLite test database (one shared connection) does not allow.
@@ -33,7 +33,7 @@ RATE = 40  # per minute and user: used up well before the outage
 def throwaway_redis(settings):
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.skip("redis-server is not installed")
+        tool_missing("redis-server is not installed")
     server = ThrowawayRedis(binary)
     original = settings.CACHES
     try:

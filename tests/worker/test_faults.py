@@ -18,7 +18,7 @@ import pytest
 from django.db import connection, connections
 
 from controlplane.models import TaskStatus, UsageRecord
-from tests.throwaway import ThrowawayPostgres, postgres_bin_dir
+from tests.throwaway import ThrowawayPostgres, postgres_bin_dir, tool_missing
 from tests.worker.conftest import (
     SharedDatabase,
     _drop_alias,
@@ -47,9 +47,9 @@ def throwaway_db(django_db_blocker):
     `SharedDatabase` the test and the worker processes reach; the cluster goes at the end."""
     bin_dir = postgres_bin_dir()
     if bin_dir is None:
-        pytest.skip("no PostgreSQL server binaries (initdb) on this machine")
+        tool_missing("no PostgreSQL server binaries (initdb) on this machine")
     if os.geteuid() == 0 and not _has_account("postgres"):
-        pytest.skip("running as root without a postgres OS user to run the cluster as")
+        tool_missing("running as root without a postgres OS user to run the cluster as")
     cluster = ThrowawayPostgres(bin_dir)
     alias = "throwaway"
     try:

@@ -57,6 +57,7 @@ EXTERNAL_EVENT_KINDS = ("mcp_tool_call", "web_search")
 # The texts of a task (the long columns), read only for the tasks a sweep keeps.
 TASK_TEXTS = ("prompt", "goal", "continuation_prompt", "result_text", "failure_reason")
 
+
 @dataclass(frozen=True)
 class ExternalEvent:
     """An MCP tool call or a web search recorded in one of the task's runs."""
@@ -166,9 +167,7 @@ def _examine(task_ids: Iterable[int], *, changed: bool) -> list[Candidate]:
         if _may_have_new_answer(task, log, changed=changed):
             kept.append(Candidate(task=task, log=log, changed=changed))
     if kept:
-        texts = Task.objects.filter(pk__in=[c.task.pk for c in kept]).values_list(
-            "pk", *TASK_TEXTS
-        )
+        texts = Task.objects.filter(pk__in=[c.task.pk for c in kept]).values_list("pk", *TASK_TEXTS)
         by_id = {row[0]: row[1:] for row in texts}
         for candidate in kept:
             for name, value in zip(TASK_TEXTS, by_id[candidate.task.pk], strict=True):
