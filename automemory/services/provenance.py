@@ -390,10 +390,10 @@ class PrivateTexts:
 def injected_for(tasks: Sequence[Task]) -> dict[int, Injected]:
     """Per task id, what its first turn received (`Injected`); tasks that received nothing
     are left out. Two queries for the whole batch, none when no task received anything."""
-    receivers = [task for task in tasks if task.injected_memory_ids]
+    receivers = [task for task in tasks if task.injected_ids]
     if not receivers:
         return {}
-    memory_ids = {pk for task in receivers for pk in task.injected_memory_ids}
+    memory_ids = {pk for task in receivers for pk in task.injected_ids}
     stored = {
         memory.pk: memory_fingerprint(memory)
         for memory in IdentityMemory.objects.filter(pk__in=memory_ids).only(
@@ -406,8 +406,8 @@ def injected_for(tasks: Sequence[Task]) -> dict[int, Injected]:
         recorded = snapshots.get(task.pk, [])
         known = set(stored) | {fingerprint.memory_id for fingerprint in recorded}
         result[task.pk] = Injected(
-            current=tuple(stored[pk] for pk in task.injected_memory_ids if pk in stored),
+            current=tuple(stored[pk] for pk in task.injected_ids if pk in stored),
             recorded=tuple(recorded),
-            unrecorded=len(set(task.injected_memory_ids) - known),
+            unrecorded=len(set(task.injected_ids) - known),
         )
     return result
