@@ -416,14 +416,19 @@ class Worker:
             logger.warning("task %s: its citations could not be recorded", task.pk, exc_info=True)
 
     def prepare(
-        self, task: Task, *, preferences: InjectionPreferences | None = None
+        self,
+        task: Task,
+        *,
+        preferences: InjectionPreferences | None = None,
+        memory_key: str = "",
     ) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector.
 
         `thread_usage` is what the ledger recorded for earlier runs of the task's agent thread
         (None when nothing is), so an executor whose agent reports thread-cumulative usage
         can bill this turn its own part only. `preferences`: the task's injection
-        preferences as the claim read them (else the injector reads them).
+        preferences as the claim read them (else the injector reads them). `memory_key`: the
+        memory tool key the claim minted for this turn.
         """
         thread_usage = selectors.thread_usage_get(task_id=task.pk, thread_id=task.thread_id)
         request = ExecutionRequest(
@@ -439,6 +444,7 @@ class Worker:
             thread_id=task.thread_id,
             continuation_prompt=task.continuation_prompt,
             thread_usage=TokenUsage(**thread_usage) if thread_usage is not None else None,
+            memory_key=memory_key,
         )
         try:
             injected = injector.inject_memories(
@@ -489,7 +495,7 @@ class Worker:
         if refusal:
             services.task_refuse(task=task, worker_id=self.worker_id, reason=refusal)
             return "refused", refusal
-        request = self.prepare(task, preferences=claim.preferences)
+        request = self.prepare(task, preferences=claim.preferences, memory_key=claim.memory_key)
         if self.aborting:
             self._requeue(task, reason="worker stopped at once")
             return "requeued", ""

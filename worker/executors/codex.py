@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from worker.executors.base import (
     TaskEventData,
     TokenUsage,
     kill_process_group,
+    memory_tool_env,
     spawn_agent,
     stderr_tail,
 )
@@ -321,6 +323,34 @@ def _compact(item: dict[str, Any]) -> dict[str, Any]:
     return compact
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def memory_server_config(env: dict[str, str]) -> list[str]:
+    """`-c` overrides that give codex the `memory` MCP server for this run (none without a
+    task key in `env`): its command line, the names of the variables it inherits from the
+    CLI's environment (values never go on the command line: the key and DATABASE_URL stay
+    out of `ps`), and its tools approved, as `codex exec` never asks. A `memory` server of
+    the user's own config.toml is replaced."""
+    from automemory.conf import MEMORY_SERVER_NAME
+    from controlplane.services.task_keys import TASK_KEY_ENV
+    from worker.executors.base import MEMORY_COMMAND_ENV
+
+    if not env.get(TASK_KEY_ENV) or not env.get(MEMORY_COMMAND_ENV):
+        return []
+    command, *arguments = shlex.split(env[MEMORY_COMMAND_ENV])
+    names = sorted(name for name in env if _ENV_NAME.fullmatch(name))
+    table = f"mcp_servers.{MEMORY_SERVER_NAME}"
+    overrides = {
+        "command": json.dumps(command),
+        "args": json.dumps(arguments),
+        "env_vars": json.dumps(names),
+        "default_tools_approval_mode": '"approve"',
+        "startup_timeout_sec": "30",
+    }
+    return [part for key, value in overrides.items() for part in ("-c", f"{table}.{key}={value}")]
+
+
 # Restore outcomes after which the local files are the stored record's state.
 STORED_STATES = ("current", "restored")
 
@@ -348,10 +378,13 @@ class CodexExecutor:
     def resumes(self, request: ExecutionRequest) -> bool:
         return bool(request.thread_id) and (request.turn > 1 or request.is_resume)
 
-    def command_line(self, request: ExecutionRequest, *, workdir: Path) -> list[str]:
+    def command_line(
+        self, request: ExecutionRequest, *, workdir: Path, env: dict[str, str] | None = None
+    ) -> list[str]:
         args = [
             settings.WORKER_CODEX_BINARY,
             "exec",
+            *memory_server_config(env or {}),
             "--json",
             "--skip-git-repo-check",
             "-C",
@@ -373,7 +406,8 @@ class CodexExecutor:
 
     def execute(self, request: ExecutionRequest, *, control: ExecutionControl) -> ExecutionResult:
         workdir = self.workdir(request)
-        args = self.command_line(request, workdir=workdir)
+        env = {**os.environ, **memory_tool_env(request)}
+        args = self.command_line(request, workdir=workdir, env=env)
         timeout = settings.WORKER_CODEX_TIMEOUT_SECONDS
         resumes = self.resumes(request)
         restored = ""
@@ -391,7 +425,7 @@ class CodexExecutor:
             return ExecutionResult.failed(behind, thread_id=request.thread_id)
         stream = CodexStream()
         try:
-            process = spawn_agent(args, cwd=workdir, env=dict(os.environ))
+            process = spawn_agent(args, cwd=workdir, env=env)
         except OSError as exc:
             return ExecutionResult.failed(f"could not start codex ({args[0]}): {exc}")
         control.attach(process)
