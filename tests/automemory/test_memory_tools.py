@@ -56,7 +56,8 @@ def test_search_finds_only_what_the_task_may_receive(
 ):
     good = memory_factory(project=project, content="Deploys run with make deploy on staging.")
     archived = memory_factory(
-        project=project, content="Deploys used fabric.",
+        project=project,
+        content="Deploys used fabric.",
         status=MemoryStatus.ARCHIVED,
         archived_at=timezone.now(),
     )
@@ -80,9 +81,10 @@ def test_search_finds_only_what_the_task_may_receive(
     assert set(ids(answer)) == {good.pk, alices_own.pk}
     hidden = {archived.pk, flagged.pk, reported.pk, bobs_private.pk, bobs_own.pk}
     assert not hidden & set(ids(answer))
-    assert set(
-        TaskMemoryShown.objects.filter(task=task).values_list("memory_id", flat=True)
-    ) == {good.pk, alices_own.pk}
+    assert set(TaskMemoryShown.objects.filter(task=task).values_list("memory_id", flat=True)) == {
+        good.pk,
+        alices_own.pk,
+    }
 
 
 def test_a_search_result_may_be_cited_and_counts_once(
@@ -131,7 +133,9 @@ def test_get_refuses_what_the_task_may_not_read_as_not_found(
 ):
     other = project_factory(charlie, "elsewhere")
     foreign = memory_factory(project=other, content="Charlie's project secret plan.")
-    archived = memory_factory(project=project, status=MemoryStatus.ARCHIVED, archived_at=timezone.now())
+    archived = memory_factory(
+        project=project, status=MemoryStatus.ARCHIVED, archived_at=timezone.now()
+    )
     bobs_own = memory_factory(user=bob)
     _, key = running(project, alice)
 
@@ -170,7 +174,7 @@ def test_task_a_key_never_reaches_task_b_project(
     other = project_factory(charlie, "elsewhere", members=[alice])
     theirs = memory_factory(project=other, content="Elsewhere: the payroll database host.")
     _, key_a = running(project, alice)
-    task_b, _ = running(other, charlie)
+    running(other, charlie)  # task B runs too
 
     assert theirs.pk not in ids(tool_search(key=key_a, query="payroll database", limit=10))
     with pytest.raises(ToolRefused):
@@ -210,7 +214,7 @@ def test_a_report_flood_from_one_task_holds_at_most_the_limit(
 def test_cited_ids_never_shown_are_ignored(running, project, alice, memory_factory, memory_on):
     shown = memory_factory(project=project, content="Logs go to Loki.")
     unseen = memory_factory(project=project, content="Metrics go to Prometheus.")
-    task, key = running(project, alice, injected_memory_ids=[shown.pk])
+    _, key = running(project, alice, injected_memory_ids=[shown.pk])
 
     outcome = tool_cite(key=key, ids=[shown.pk, unseen.pk, 999_999])
 
