@@ -6,13 +6,11 @@ any agent the `command` executor runs) starts it for one turn with the turn's ta
 once the turn has ended, even while its process lives on. See docs/memory-tools.md.
 """
 
-from __future__ import annotations
-
 import json
 import os
 from typing import Annotated
 
-from django.db import close_old_connections
+from django.db import connections
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
@@ -30,13 +28,16 @@ INSTRUCTIONS = (
 
 
 def _answer(call, **arguments) -> str:
-    close_old_connections()
+    """The call's answer as JSON text; a refusal becomes the tool error the agent reads.
+
+    The SDK runs each call in a worker thread: its database connection is closed when the
+    call ends (a few calls a turn; none is left open in a thread nobody reuses)."""
     try:
         return json.dumps(call(**arguments), ensure_ascii=False)
     except memory_tools.ToolRefused as exc:
         raise ToolError(str(exc)) from None
     finally:
-        close_old_connections()
+        connections.close_all()
 
 
 def memory_server(*, key: str | None = None) -> MCPServer:
