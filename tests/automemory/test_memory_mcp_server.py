@@ -25,9 +25,7 @@ def running_task(task_factory, project, alice, memory_factory, auto_memory_on):
     auto_memory_on(alice, injection_ranking="relevant")
     memory = memory_factory(project=project, content="The staging database is db-stg-2.")
     minted = task_key_new()
-    task = task_factory(
-        project, alice, status=TaskStatus.RUNNING, memory_key_hash=minted.key_hash
-    )
+    task = task_factory(project, alice, status=TaskStatus.RUNNING, memory_key_hash=minted.key_hash)
     return task, minted.key, memory
 
 
@@ -83,7 +81,7 @@ def test_a_wrong_key_gets_an_error_and_nothing(running_task):
 
 @pytest.mark.postgres
 def test_manage_py_memory_mcp_serves_over_stdio(running_task):
-    task, key, memory = running_task
+    _, key, memory = running_task
     params = StdioServerParameters(
         command=sys.executable,
         args=[str(BASE_DIR / "manage.py"), "memory_mcp"],
