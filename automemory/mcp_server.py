@@ -47,7 +47,7 @@ def memory_server(*, key: str | None = None) -> MCPServer:
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version="1.0.0")
     most = conf.get("SEARCH_MAX_RESULTS")
 
-    @server.tool()
+    @server.tool(structured_output=False)
     def memory_search(
         query: Annotated[str, Field(description="What to look for, in words.")],
         limit: Annotated[int, Field(ge=1, le=most, description="How many at most.")] = 5,
@@ -56,12 +56,12 @@ def memory_server(*, key: str | None = None) -> MCPServer:
         with each memory's id, scope and text."""
         return _answer(memory_tools.tool_search, key=key, query=query, limit=limit)
 
-    @server.tool()
+    @server.tool(structured_output=False)
     def memory_get(id: Annotated[int, Field(ge=1, description="A memory id.")]) -> str:
         """One memory by id (from the injected block's `#<id>` labels or a search)."""
         return _answer(memory_tools.tool_get, key=key, memory_id=id)
 
-    @server.tool()
+    @server.tool(structured_output=False)
     def memory_cite(
         ids: Annotated[list[int], Field(min_length=1, description="Memory ids you used.")],
         note: Annotated[str, Field(description="Optional: how they helped.")] = "",
@@ -69,7 +69,7 @@ def memory_server(*, key: str | None = None) -> MCPServer:
         """Say which memories you relied on (ids shown to this task: injected or found)."""
         return _answer(memory_tools.tool_cite, key=key, ids=ids, note=note)
 
-    @server.tool()
+    @server.tool(structured_output=False)
     def memory_report(
         id: Annotated[int, Field(ge=1, description="The memory that misled you.")],
         reason: Annotated[str, Field(description="wrong, outdated or unsafe")],

@@ -228,6 +228,9 @@ WORKER_MEMORY_MCP_COMMAND = env.str(
     "WORKER_MEMORY_MCP_COMMAND",
     default=shlex.join([sys.executable, str(BASE_DIR / "manage.py"), "memory_mcp"]),
 )
+# How long the `codex` executor lets the CLI wait for the memory server before the first
+# model request (it starts in a second or two; a server not up by then is left out).
+WORKER_MEMORY_MCP_STARTUP_SECONDS = env.float("WORKER_MEMORY_MCP_STARTUP_SECONDS", default=20.0)
 WORKER_POLL_INTERVAL_SECONDS = env.float("WORKER_POLL_INTERVAL_SECONDS", default=2.0)
 WORKER_HEARTBEAT_SECONDS = env.float("WORKER_HEARTBEAT_SECONDS", default=10.0)
 # A running task whose heartbeat is older than this is re-queued as a checkpoint resume.

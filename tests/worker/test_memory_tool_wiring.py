@@ -118,7 +118,8 @@ def test_codex_gets_the_memory_server_by_name_never_the_key_on_its_command_line(
         "mcp_servers.memory.env_vars="
         + json.dumps(sorted(["PATH", "DATABASE_URL", TASK_KEY_ENV, MEMORY_COMMAND_ENV])),
         'mcp_servers.memory.default_tools_approval_mode="approve"',
-        "mcp_servers.memory.startup_timeout_sec=30",
+        "mcp_servers.memory.startup_timeout_sec=20",
+        "mcp_optional_startup_grace_ms=20000",
     ]
     assert key not in " ".join(args) and "pw@" not in " ".join(args)
     # Without a key (memory tools off), no server.

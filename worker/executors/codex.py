@@ -331,7 +331,11 @@ def memory_server_config(env: dict[str, str]) -> list[str]:
     task key in `env`): its command line, the names of the variables it inherits from the
     CLI's environment (values never go on the command line: the key and DATABASE_URL stay
     out of `ps`), and its tools approved, as `codex exec` never asks. A `memory` server of
-    the user's own config.toml is replaced."""
+    the user's own config.toml is replaced. The CLI starts the model's first request once
+    its optional MCP servers are up or `mcp_optional_startup_grace_ms` has passed: that is
+    raised to `WORKER_MEMORY_MCP_STARTUP_SECONDS` so the server (a Django process, a second
+    or two to start) is there; a server that fails leaves the run without memory tools,
+    never fails it (memory is fail-open)."""
     from automemory.conf import MEMORY_SERVER_NAME
     from controlplane.services.task_keys import TASK_KEY_ENV
     from worker.executors.base import MEMORY_COMMAND_ENV
@@ -346,9 +350,11 @@ def memory_server_config(env: dict[str, str]) -> list[str]:
         "args": json.dumps(arguments),
         "env_vars": json.dumps(names),
         "default_tools_approval_mode": '"approve"',
-        "startup_timeout_sec": "30",
+        "startup_timeout_sec": str(int(settings.WORKER_MEMORY_MCP_STARTUP_SECONDS)),
     }
-    return [part for key, value in overrides.items() for part in ("-c", f"{table}.{key}={value}")]
+    grace_ms = int(settings.WORKER_MEMORY_MCP_STARTUP_SECONDS * 1000)
+    args = [part for key, value in overrides.items() for part in ("-c", f"{table}.{key}={value}")]
+    return [*args, "-c", f"mcp_optional_startup_grace_ms={grace_ms}"]
 
 
 # Restore outcomes after which the local files are the stored record's state.
