@@ -315,3 +315,12 @@ def test_tool_calls_write_nothing_to_the_usage_ledger(
     tool_cite(key=key, ids=[memory.pk])
     tool_report(key=key, memory_id=memory.pk, reason="outdated")
     assert not UsageRecord.objects.exists()
+
+
+def test_a_task_key_is_no_api_token(running, project, alice, memory_on):
+    from rest_framework.test import APIClient
+
+    _, key = running(project, alice)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    assert client.get(f"/projects/{project.pk}/memories").status_code == 401
