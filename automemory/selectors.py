@@ -147,15 +147,6 @@ class TaskPage:
     log: AutoMemoryLog | None
 
 
-def _memory_ids(values) -> list[int]:
-    """The integer ids of a stored `injected_memory_ids` list (tolerating odd entries)."""
-    ids = []
-    for value in values if isinstance(values, list) else []:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            ids.append(value)
-    return list(dict.fromkeys(ids))
-
-
 def task_page_get(*, user, task: Task) -> TaskPage:
     """The task's messages, runs, injected memories (each as the viewer may see it), the
     memory the task produced and the log row that explains it. The caller has checked the
@@ -164,7 +155,7 @@ def task_page_get(*, user, task: Task) -> TaskPage:
         TaskFollowup.objects.filter(task=task).select_related("from_task").order_by("id")
     )
     runs = list(UsageRecord.objects.filter(task=task).order_by("id"))
-    ids = _memory_ids(task.injected_memory_ids)
+    ids = task.injected_ids
     visible = {m.pk: m for m in memories_visible_to(user).filter(pk__in=ids)} if ids else {}
     existing = (
         set(IdentityMemory.objects.filter(pk__in=ids).values_list("pk", flat=True))

@@ -176,6 +176,14 @@ class Task(models.Model):
         return f"task {self.pk} ({self.status})"
 
     @property
+    def injected_ids(self) -> list[int]:
+        """The memory ids of `injected_memory_ids`, in order, without repeats; anything that
+        is not a positive integer (a list written by hand, an odd import) is ignored."""
+        values = self.injected_memory_ids if isinstance(self.injected_memory_ids, list) else []
+        ids = (v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+        return list(dict.fromkeys(ids))
+
+    @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 

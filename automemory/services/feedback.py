@@ -88,7 +88,7 @@ def memories_shown_to(task: Task, memory_ids: Iterable[int]) -> set[int]:
     """Which of `memory_ids` were shown to `task`: injected into it, or returned to it by the
     memory tool (one query, none when all were injected)."""
     wanted = set(memory_ids)
-    injected = wanted & set(task.injected_memory_ids or ())
+    injected = wanted & set(task.injected_ids)
     rest = wanted - injected
     if not rest:
         return injected
@@ -207,6 +207,9 @@ def memory_report(
         ).first()
         if existing is not None:
             return existing
+        # The task's row is the lock of its report count: two reports of one task at once
+        # (on different memories) cannot both see room for one more.
+        Task.objects.select_for_update().filter(pk=task.pk).values_list("pk").first()
         made = MemoryFeedback.objects.filter(task_id=task.pk, kind=FeedbackKind.REPORT).count()
         if made >= conf.get("REPORTS_PER_TASK"):
             logger.warning(

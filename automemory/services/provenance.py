@@ -398,10 +398,10 @@ def injected_for(tasks: Sequence[Task]) -> dict[int, Injected]:
             task_id__in=[task.pk for task in tasks]
         ).values_list("task_id", "memory_id"):
             shown.setdefault(task_id, []).append(memory_id)
-    receivers = [task for task in tasks if task.injected_memory_ids or task.pk in shown]
+    receivers = [task for task in tasks if task.injected_ids or task.pk in shown]
     if not receivers:
         return {}
-    memory_ids = {pk for task in receivers for pk in task.injected_memory_ids or ()}
+    memory_ids = {pk for task in receivers for pk in task.injected_ids}
     memory_ids |= {pk for pks in shown.values() for pk in pks}
     stored = {
         memory.pk: memory_fingerprint(memory)
@@ -409,12 +409,12 @@ def injected_for(tasks: Sequence[Task]) -> dict[int, Injected]:
             "pk", "scope", "user_id", "content"
         )
     }
-    injected_tasks = [task.pk for task in receivers if task.injected_memory_ids]
+    injected_tasks = [task.pk for task in receivers if task.injected_ids]
     snapshots = _snapshots_by_task(injected_tasks) if injected_tasks else {}
     result = {}
     for task in receivers:
         recorded = snapshots.get(task.pk, [])
-        injected_ids = list(task.injected_memory_ids or ())
+        injected_ids = task.injected_ids
         known = set(stored) | {fingerprint.memory_id for fingerprint in recorded}
         received = list(dict.fromkeys([*injected_ids, *shown.get(task.pk, ())]))
         result[task.pk] = Injected(

@@ -197,7 +197,7 @@ class TaskDetailOutput(TaskSummaryOutput):
     @extend_schema_field(InjectedMemoryOutput(many=True))
     def get_injected_memories(self, task: Task) -> list[dict]:
         """The memories injected into the task's first turn that still exist (one query)."""
-        ids = [pk for pk in task.injected_memory_ids or [] if isinstance(pk, int)]
+        ids = task.injected_ids
         if not ids:
             return []
         viewer = self.context["request"].user if "request" in self.context else None

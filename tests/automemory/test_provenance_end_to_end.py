@@ -45,7 +45,14 @@ def test_a_quoting_agent_never_carries_a_private_memory_to_another_member(
     settings.WORKER_COMMAND = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
     gates = {"idle_seconds": 0, "min_duration_seconds": 0, "min_result_chars": 20}
     for user in (alice, bob):
-        body = {"generate_memories": True, "use_memories": True, **gates}
+        # Alice consents to sharing what her tasks learn while holding her own notes; the
+        # private text must still never reach Bob.
+        body = {
+            "generate_memories": True,
+            "use_memories": True,
+            "share_private_derived": user == alice,
+            **gates,
+        }
         response = api_client_for(user).put("/users/me/auto-memory-settings", body, format="json")
         assert response.status_code == 200
     alice_api, bob_api = api_client_for(alice), api_client_for(bob)

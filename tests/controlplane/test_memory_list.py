@@ -51,7 +51,7 @@ def varied_memories(project, alice, bob, memory_factory, task_factory):
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/St_Johns"])
 def test_the_direct_representation_is_drf_s_generic_one(varied_memories, alice, zone):
     memories = [
-        *memory_list_for_project(project=varied_memories),
+        *memory_list_for_project(project=varied_memories, user=alice),
         *memory_list_for_user(user=alice),
     ]
     assert len(memories) == 5

@@ -18,6 +18,8 @@ CREATE_TASK = (401, 404, 403, None, None, 404)  # None: the success code of the 
 OWNER_ONLY = (401, 404, 403, 403, None, 404)
 ANY_USER = (401, None, None, None, None, None)
 STAFF_ONLY = (401, 403, 403, 403, 403, None)
+# The task's own user (here the owner, who created it); another member gets 403.
+TASK_USER_ONLY = (401, 404, 403, 403, None, 404)
 
 ENDPOINTS = [
     ("list projects", "get", "/projects", None, 200, ANY_USER),
@@ -35,7 +37,14 @@ ENDPOINTS = [
     ("list tasks", "get", "/projects/{project}/tasks", None, 200, READ_PROJECT),
     ("queue task", "post", "/projects/{project}/tasks", {"prompt": "go"}, 201, CREATE_TASK),
     ("read task", "get", "/tasks/{task}", None, 200, READ_PROJECT),
-    ("continue task", "post", "/tasks/{task}/continue", {"prompt": "more"}, 200, CREATE_TASK),
+    (
+        "continue task",
+        "post",
+        "/tasks/{task}/continue",
+        {"prompt": "more"},
+        200,
+        TASK_USER_ONLY,
+    ),
     ("list messages", "get", "/tasks/{task}/followups", None, 200, READ_PROJECT),
     ("send message", "post", "/tasks/{task}/followups", {"message": "hi"}, 201, CREATE_TASK),
     ("list project memories", "get", "/projects/{project}/memories", None, 200, READ_PROJECT),

@@ -117,8 +117,9 @@ class TestQueueing:
 @pytest.mark.django_db
 class TestReading:
     def test_the_detail_shows_the_stored_prompt_goal_and_results(
-        self, api_client_for, project, vera, task_factory
+        self, api_client_for, project, vera, task_factory, memory_factory
     ):
+        shared = [memory_factory(project=project), memory_factory(project=project)]
         task = task_factory(
             project,
             prompt="Fix it",
@@ -127,7 +128,7 @@ class TestReading:
             result_text="Fixed.",
             cost_usd="0.125",
             thread_id="thread-1",
-            injected_memory_ids=[3, 4],
+            injected_memory_ids=[memory.pk for memory in shared],
         )
 
         body = api_client_for(vera).get(f"/tasks/{task.pk}").json()
@@ -139,7 +140,7 @@ class TestReading:
         assert body["result_text"] == "Fixed."
         assert body["cost_usd"] == 0.125
         assert body["thread_id"] == "thread-1"
-        assert body["injected_memory_ids"] == [3, 4]
+        assert body["injected_memory_ids"] == [memory.pk for memory in shared]
         assert body["started_at"] and body["finished_at"]
         for key in ("failure_reason", "kind", "parent_task_id", "turn", "project_id"):
             assert key in body
@@ -187,8 +188,11 @@ class TestContinuing:
     def test_a_terminal_task_is_queued_for_its_next_turn(
         self, api_client_for, project, bob, task_factory, status
     ):
+        """Only the task's own user continues it: the turn is billed to them and its thread
+        holds their memories (another member gets 403, tested with the privacy rules)."""
         task = task_factory(
             project,
+            bob,
             completed=True,
             status=status,
             worker_id="w1",
