@@ -324,3 +324,33 @@ def test_a_task_key_is_no_api_token(running, project, alice, memory_on):
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     assert client.get(f"/projects/{project.pk}/memories").status_code == 401
+
+
+def test_a_memory_the_tool_returned_counts_as_received_by_the_extraction(
+    running, project, alice, memory_factory, auto_memory_on
+):
+    """Alice's own note, found by search (not injected) in a project Bob shares: the task's
+    memory never quotes it and is held for Alice, as if it had been injected."""
+    from datetime import timedelta
+
+    from automemory.models import AutoMemoryLog
+    from automemory.services.extraction.sweep import process_auto_memories
+
+    auto_memory_on(alice, injection_ranking="relevant")
+    private = "Private: I am job hunting and talking to Initech next week."
+    mine = memory_factory(user=alice, content=private)
+    task, key = running(project, alice)
+    assert mine.pk in ids(tool_search(key=key, query="Initech job", limit=5))
+    assert not task.injected_ids
+
+    now = timezone.now()
+    task.status, task.memory_key_hash = TaskStatus.COMPLETED, ""
+    task.started_at, task.finished_at = now - timedelta(hours=2), now - timedelta(hours=1)
+    task.result_text = f"Fixed the login form.\nYou told me: {private}\n" + "Notes. " * 40
+    task.save()
+    process_auto_memories(user=alice)
+
+    log = AutoMemoryLog.objects.get(task=task)
+    memory = IdentityMemory.objects.get(source="auto", source_task=task)
+    assert "job hunting" not in memory.content
+    assert (log.reason, memory.visibility) == ("held_for_author", "author")
