@@ -19,6 +19,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from django.conf import settings
+
+from controlplane.services.task_keys import TASK_KEY_ENV
+
 logger = logging.getLogger(__name__)
 
 # How much of a failing process's stderr ends up in the task's failure reason.
@@ -194,10 +198,6 @@ def memory_tool_env(request: ExecutionRequest) -> dict[str, str]:
     and the command line that serves the `memory` MCP server over stdio
     (`CONTROLPLANE_MEMORY_MCP_COMMAND`); empty when `WORKER_MEMORY_TOOLS` is off or the turn
     has no key."""
-    from django.conf import settings
-
-    from controlplane.services.task_keys import TASK_KEY_ENV
-
     if not settings.WORKER_MEMORY_TOOLS or not request.memory_key:
         return {}
     return {

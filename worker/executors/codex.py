@@ -23,8 +23,12 @@ from typing import Any
 
 from django.conf import settings
 
+from automemory.conf import MEMORY_SERVER_NAME
+from automemory.services.redactor import redact
 from controlplane.pricing import PriceTable
+from controlplane.services.task_keys import TASK_KEY_ENV
 from worker.executors.base import (
+    MEMORY_COMMAND_ENV,
     TOKEN_USAGE_FIELDS,
     ExecutionControl,
     ExecutionRequest,
@@ -42,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 # Items kept as task events: the external-context gate of auto memory reads them.
 EVENT_ITEM_TYPES = frozenset({"mcp_tool_call", "web_search"})
+# The most characters of a memory tool call's arguments kept in its event.
+MEMORY_CALL_ARGUMENT_CHARS = 2000
 # An event item larger than this (as JSON) keeps its fields but loses its tool result body.
 EVENT_MAX_JSON_CHARS = 16_000
 
@@ -287,6 +293,8 @@ class CodexStream:
             self.warnings.append(_message(item))
             logger.info("codex warning: %.500s", _message(item))
         elif item_type in EVENT_ITEM_TYPES:
+            if item.get("server") == MEMORY_SERVER_NAME:
+                item = _memory_call(item)
             self.events.append(TaskEventData(kind=item_type, data=_compact(item)))
 
 
@@ -306,6 +314,18 @@ def _message(raw: Any) -> str:
     if isinstance(raw, dict):
         return str(raw.get("message") or "")
     return str(raw or "")
+
+
+def _memory_call(item: dict[str, Any]) -> dict[str, Any]:
+    """A call of the memory tools, as kept: which tool, and its arguments redacted; never
+    its answer (memory text the database holds already) nor a note's secrets (the feedback
+    row keeps the note redacted)."""
+    kept = {key: item[key] for key in ("id", "type", "server", "tool", "status") if key in item}
+    arguments = item.get("arguments")
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+    kept["arguments"] = redact(text[:MEMORY_CALL_ARGUMENT_CHARS])
+    kept["result_dropped"] = True
+    return kept
 
 
 def _compact(item: dict[str, Any]) -> dict[str, Any]:
@@ -336,10 +356,6 @@ def memory_server_config(env: dict[str, str]) -> list[str]:
     raised to `WORKER_MEMORY_MCP_STARTUP_SECONDS` so the server (a Django process, a second
     or two to start) is there; a server that fails leaves the run without memory tools,
     never fails it (memory is fail-open)."""
-    from automemory.conf import MEMORY_SERVER_NAME
-    from controlplane.services.task_keys import TASK_KEY_ENV
-    from worker.executors.base import MEMORY_COMMAND_ENV
-
     if not env.get(TASK_KEY_ENV) or not env.get(MEMORY_COMMAND_ENV):
         return []
     command, *arguments = shlex.split(env[MEMORY_COMMAND_ENV])

@@ -41,7 +41,10 @@ class KeyKeepingCodex(CodexExecutor):
 
 
 @pytest.fixture
-def memory_setup(codex_setup, monkeypatch, project, alice, memory_factory, auto_memory_on):
+def memory_setup(
+    codex_setup, monkeypatch, settings, project, alice, memory_factory, auto_memory_on
+):
+    settings.WORKER_MEMORY_TOOLS = True
     # The memory server the CLI starts reads the test database.
     monkeypatch.setenv("DATABASE_URL", database_url())
     monkeypatch.setattr("automemory.services.injector.inject_memories", real_inject_memories)
@@ -128,8 +131,15 @@ def test_an_agent_searches_cites_and_reports_through_the_memory_server(
     assert "hunter2hunter2" not in report.note and "[REDACTED]" in report.note
 
     # The CLI reported the calls, as `memory` calls; the external-context gate stays quiet.
-    servers = {e.data.get("server") for e in TaskEvent.objects.filter(task=task)}
-    assert servers == {"memory"}
+    events = list(TaskEvent.objects.filter(task=task).order_by("id"))
+    assert [(e.data["server"], e.data["tool"]) for e in events] == [
+        ("memory", "memory_search"),
+        ("memory", "memory_cite"),
+        ("memory", "memory_report"),
+    ]
+    # Kept without the answers (memory text) and with the note's secret redacted.
+    stored = json.dumps([e.data for e in events])
+    assert "memcached" not in stored and "hunter2hunter2" not in stored
     process_auto_memories(user=alice, force=True)
     log = AutoMemoryLog.objects.get(task=task)
     assert (log.outcome, log.reason) != ("skipped", "external_context"), log.detail
@@ -187,3 +197,42 @@ def test_an_agent_cannot_reach_another_projects_memory(
     assert "db-pay-1" not in json.dumps([r.body for r in requests])
     theirs.refresh_from_db()
     assert (theirs.report_count, theirs.report_hold_at) == (0, None)
+
+
+def test_a_report_flood_from_one_run_holds_three_memories_at_most(
+    codex_setup, memory_setup, project, alice, memory_factory, task_factory, worker_factory
+):
+    """An agent told to report everything it sees: the fourth report and later are refused
+    (AUTOMEMORY_REPORTS_PER_TASK, 3 by default, in the server's own settings)."""
+    shown = list(memory_setup) + [
+        memory_factory(project=project, content=f"Session expiry note {i}.") for i in range(3)
+    ]
+    replies = [
+        Reply(
+            items=(
+                mcp_tool_call(
+                    "memory", "memory_search", {"query": "session expiry", "limit": 10}, "s"
+                ),
+            )
+        )
+    ]
+    replies += [
+        Reply(
+            items=(
+                mcp_tool_call("memory", "memory_report", {"id": m.pk, "reason": "unsafe"}, f"r{i}"),
+            )
+        )
+        for i, m in enumerate(shown)
+    ]
+    codex_setup.server.script(*replies, Reply(items=(message("Reported all."),)))
+    task = task_factory(project, alice, prompt="Audit the session notes")
+    worker_factory(CodexExecutor()).run_once()
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED, task.failure_reason
+    requests = codex_setup.server.model_requests()
+    answers = [outputs_of(requests[i + 2])[f"r{i}"] for i in range(len(shown))]
+    assert [json.loads(a)["held_for_review"] for a in answers[:3]] == [True] * 3
+    assert all("the most a task may report" in a for a in answers[3:]), answers
+    assert IdentityMemory.objects.filter(report_hold_at__isnull=False).count() == 3
+    assert MemoryFeedback.objects.filter(task=task, kind=FeedbackKind.REPORT).count() == 3
