@@ -8,7 +8,7 @@ once the turn has ended, even while its process lives on. See docs/memory-tools.
 
 import json
 import os
-from typing import Annotated
+from typing import Annotated, Literal
 
 from django.db import connections
 from mcp.server.mcpserver import MCPServer
@@ -72,7 +72,9 @@ def memory_server(*, key: str | None = None) -> MCPServer:
     @server.tool(structured_output=False)
     def memory_report(
         id: Annotated[int, Field(ge=1, description="The memory that misled you.")],
-        reason: Annotated[str, Field(description="wrong, outdated or unsafe")],
+        reason: Annotated[
+            Literal["wrong", "outdated", "unsafe"], Field(description="What is wrong with it.")
+        ],
         note: Annotated[str, Field(description="Optional: what is wrong with it.")] = "",
     ) -> str:
         """Report a memory that is wrong, outdated or unsafe: it is held out of memory

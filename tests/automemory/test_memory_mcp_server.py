@@ -60,6 +60,8 @@ def test_the_server_offers_exactly_the_four_tools(running_task):
     ]
     search = next(tool for tool in tools if tool.name == "memory_search")
     assert search.input_schema["properties"]["limit"]["maximum"] == 10
+    report = next(tool for tool in tools if tool.name == "memory_report")
+    assert report.input_schema["properties"]["reason"]["enum"] == ["wrong", "outdated", "unsafe"]
     found, cited, too_many = results
     assert not found.is_error
     assert [m["id"] for m in json.loads(_text(found))["memories"]] == [memory.pk]
