@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -29,11 +30,30 @@ def running_task(task_factory, project, alice, memory_factory, auto_memory_on):
     return task, minted.key, memory
 
 
-async def _session(server, calls):
+async def _talk(server, calls):
     async with Client(server) as client:
         tools = await client.list_tools()
         results = [await client.call_tool(name, arguments) for name, arguments in calls]
         return tools.tools, results
+
+
+def _session(server, calls):
+    """List the tools and make the calls, in a thread of its own (an event loop may already
+    run in this one: the browser tests' Playwright leaves one)."""
+    outcome = {}
+
+    def talk():
+        try:
+            outcome["value"] = asyncio.run(_talk(server, calls))
+        except BaseException as exc:  # re-raised in the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=talk)
+    thread.start()
+    thread.join(timeout=120)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _text(result) -> str:
@@ -42,15 +62,13 @@ def _text(result) -> str:
 
 def test_the_server_offers_exactly_the_four_tools(running_task):
     _, key, memory = running_task
-    tools, results = asyncio.run(
-        _session(
-            memory_server(key=key),
-            [
-                ("memory_search", {"query": "staging database", "limit": 3}),
-                ("memory_cite", {"ids": [memory.pk], "note": "used it"}),
-                ("memory_search", {"query": "x", "limit": 11}),
-            ],
-        )
+    tools, results = _session(
+        memory_server(key=key),
+        [
+            ("memory_search", {"query": "staging database", "limit": 3}),
+            ("memory_cite", {"ids": [memory.pk], "note": "used it"}),
+            ("memory_search", {"query": "x", "limit": 11}),
+        ],
     )
     assert sorted(tool.name for tool in tools) == [
         "memory_cite",
@@ -71,11 +89,9 @@ def test_the_server_offers_exactly_the_four_tools(running_task):
 
 def test_a_wrong_key_gets_an_error_and_nothing(running_task):
     _, _, memory = running_task
-    _, results = asyncio.run(
-        _session(
-            memory_server(key="cpm_" + "A" * 43),
-            [("memory_get", {"id": memory.pk})],
-        )
+    _, results = _session(
+        memory_server(key="cpm_" + "A" * 43),
+        [("memory_get", {"id": memory.pk})],
     )
     assert results[0].is_error
     assert "staging" not in _text(results[0])
@@ -95,14 +111,12 @@ def test_manage_py_memory_mcp_serves_over_stdio(running_task):
         },
         cwd=str(BASE_DIR),
     )
-    _, results = asyncio.run(
-        _session(
-            params,
-            [
-                ("memory_get", {"id": memory.pk}),
-                ("memory_report", {"id": memory.pk, "reason": "outdated", "note": "moved"}),
-            ],
-        )
+    _, results = _session(
+        params,
+        [
+            ("memory_get", {"id": memory.pk}),
+            ("memory_report", {"id": memory.pk, "reason": "outdated", "note": "moved"}),
+        ],
     )
     assert json.loads(_text(results[0]))["memory"]["id"] == memory.pk
     assert json.loads(_text(results[1])) == {"reported": memory.pk, "held_for_review": True}
