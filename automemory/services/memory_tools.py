@@ -37,7 +37,7 @@ ABOUT = (
     "goal. Cite those you rely on with memory_cite; report one that is wrong, outdated or "
     "unsafe with memory_report."
 )
-# The most ids one cite may name (more are ignored, like feedback.CITES_PER_TASK).
+# A search query is read up to this many characters.
 MAX_QUERY_CHARS = 2000
 
 
