@@ -2,16 +2,27 @@
 pages. What a task may receive is `automemory.ranking`."""
 
 from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
 
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
-from django.db.models.functions import Coalesce, Lower
+from django.db import connection
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Window
+from django.db.models.functions import Coalesce, Lower, TruncDate
+from django.utils import timezone
 
-from automemory.models import AutoMemoryLog
+from automemory import conf
+from automemory.models import (
+    AutoMemoryLog,
+    FeedbackKind,
+    MemoryFeedback,
+    Reason,
+    TaskMemoryShown,
+)
 from controlplane.access import (
     held_for_others,
     memories_visible_to,
     project_memories_visible_to,
     projects_visible_to,
+    tasks_visible_to,
 )
 from controlplane.models import (
     IdentityMemory,
@@ -19,11 +30,14 @@ from controlplane.models import (
     MemoryScope,
     MemorySource,
     MemorySourceTask,
+    MemoryStatus,
+    MemoryVisibility,
     Project,
     Task,
     TaskFollowup,
     UsageRecord,
 )
+from controlplane.rawsql import column, table
 
 
 def auto_memory_log_list(*, user) -> QuerySet[AutoMemoryLog]:
@@ -145,6 +159,8 @@ class TaskPage:
     produced_memory: IdentityMemory | None
     produced_link: MemorySourceTask | None
     log: AutoMemoryLog | None
+    # The task produced a memory held for another author: nothing of it is shown.
+    withheld: bool = False
 
 
 def task_page_get(*, user, task: Task) -> TaskPage:
@@ -180,6 +196,22 @@ def task_page_get(*, user, task: Task) -> TaskPage:
     log = AutoMemoryLog.objects.filter(task=task).select_related("memory").first()
     if produced is None and log is not None:
         produced = log.memory
+    # A memory held for its author (privacy by consent) does not exist for anyone else:
+    # neither it nor the log row that wrote it shows on its task's page.
+    withheld = (produced is not None and _held_for_other(produced, user)) or (
+        log is not None
+        and (
+            (log.memory is not None and _held_for_other(log.memory, user))
+            # Held, then forgotten by its author: still theirs alone to know about.
+            or (
+                log.memory is None
+                and log.reason == Reason.HELD_FOR_AUTHOR
+                and task.user_id != getattr(user, "pk", None)
+            )
+        )
+    )
+    if withheld:
+        produced, link, log = None, None, None
     return TaskPage(
         followups=followups,
         runs=runs,
@@ -187,4 +219,302 @@ def task_page_get(*, user, task: Task) -> TaskPage:
         produced_memory=produced,
         produced_link=link,
         log=log,
+        withheld=withheld,
+    )
+
+
+def _held_for_other(memory: IdentityMemory, user) -> bool:
+    return memory.visibility == MemoryVisibility.AUTHOR and memory.created_by_id != getattr(
+        user, "pk", None
+    )
+
+
+# --- Review, history and health ---------------------------------------------------------------
+
+
+def _held_for_review() -> Q:
+    """Memories an owner has to look at: instruction-like and not approved, or reported."""
+    return Q(flagged=True, approved_at__isnull=True) | Q(report_hold_at__isnull=False)
+
+
+def review_queue_list(*, project, user) -> QuerySet[IdentityMemory]:
+    """The project's memories held for an owner's review (awaiting approval or reported),
+    as `user` sees them (never one held for another author), each with its reports newest
+    first (`reports`, the reporting task and person fetched), most recently held first. A
+    fixed number of queries per page. The caller has checked `user` may approve."""
+    reports = (
+        MemoryFeedback.objects.filter(kind=FeedbackKind.REPORT)
+        .select_related("task", "user")
+        .order_by("-created_at", "-id")
+    )
+    return (
+        project_memories_visible_to(user, project_id=project.pk)
+        .filter(_held_for_review())
+        .select_related("created_by", "source_task")
+        .prefetch_related(Prefetch("feedback", queryset=reports, to_attr="reports"))
+        .order_by(
+            Coalesce("report_hold_at", "created_at").desc(),
+            "-id",
+        )
+    )
+
+
+def review_queue_count(*, project, user) -> int:
+    """How many of the project's memories wait for an owner's review (one query)."""
+    return (
+        project_memories_visible_to(user, project_id=project.pk).filter(_held_for_review()).count()
+    )
+
+
+def held_for_me_list(*, project, user) -> QuerySet[IdentityMemory]:
+    """The project's memories held for `user` as their author (privacy by consent): only
+    they see them, until they share them. Newest first."""
+    return (
+        IdentityMemory.objects.filter(
+            scope=MemoryScope.PROJECT,
+            project_id=project.pk,
+            visibility=MemoryVisibility.AUTHOR,
+            created_by_id=user.pk,
+        )
+        .select_related("source_task")
+        .order_by("-created_at", "-id")
+    )
+
+
+# How many entries of each kind a memory's page shows in its history.
+MEMORY_HISTORY_LIMIT = 50
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One thing that happened to a memory: `injected` into a task's first turn, `shown` to
+    a task by the memory tool, `cite` or `report` (with the feedback row)."""
+
+    kind: str
+    at: datetime
+    task: Task | None = None
+    feedback: MemoryFeedback | None = None
+
+
+def _tasks_injected_with(memory_id: int) -> QuerySet[Task]:
+    """Tasks whose first turn received the memory (`injected_memory_ids` holds its id)."""
+    if connection.vendor == "postgresql":
+        return Task.objects.filter(injected_memory_ids__contains=[memory_id])
+    # SQLite (and the rest): the JSON list's members, one by one.
+    ids = f"{table(Task)}.{column(Task, 'injected_memory_ids')}"
+    return Task.objects.extra(
+        where=[f"EXISTS (SELECT 1 FROM json_each({ids}) WHERE json_each.value = %s)"],
+        params=[memory_id],
+    )
+
+
+def memory_history_get(*, user, memory: IdentityMemory) -> list[HistoryEntry]:
+    """What happened to `memory`, newest first: the tasks it was injected into and shown to
+    by the memory tool, its citations and its reports, each at most `MEMORY_HISTORY_LIMIT`
+    and only through tasks `user` may read (a person's report has no task). Three queries.
+    The caller has checked `user` may read the memory."""
+    visible_tasks = tasks_visible_to(user)
+    # A project memory goes only into its project's tasks; a user's own, only into theirs.
+    owner = (
+        Q(project_id=memory.project_id)
+        if memory.scope == MemoryScope.PROJECT
+        else Q(user_id=memory.user_id)
+    )
+    injected = (
+        _tasks_injected_with(memory.pk)
+        .filter(owner, pk__in=visible_tasks.values("pk"))
+        .select_related("user")
+        .order_by("-id")[:MEMORY_HISTORY_LIMIT]
+    )
+    shown = (
+        TaskMemoryShown.objects.filter(memory_id=memory.pk, task__in=visible_tasks)
+        .select_related("task", "task__user")
+        .order_by("-created_at", "-id")[:MEMORY_HISTORY_LIMIT]
+    )
+    feedback = (
+        MemoryFeedback.objects.filter(memory_id=memory.pk)
+        .filter(Q(task__isnull=True) | Q(task__in=visible_tasks))
+        .select_related("task", "task__user", "user")
+        .order_by("-created_at", "-id")[: 2 * MEMORY_HISTORY_LIMIT]
+    )
+    entries = [
+        HistoryEntry("injected", task.started_at or task.created_at, task=task) for task in injected
+    ]
+    entries += [HistoryEntry("shown", row.created_at, task=row.task) for row in shown]
+    entries += [
+        HistoryEntry(row.kind, row.created_at, task=row.task, feedback=row) for row in feedback
+    ]
+    entries.sort(key=lambda entry: entry.at, reverse=True)
+    return entries
+
+
+# The health page looks this many weeks back.
+HEALTH_WEEKS = 8
+HEALTH_TOP = 5
+HEALTH_NEVER_CITED_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class HealthWeek:
+    """One week of a project's memory use: memories injected (one per task and memory),
+    cited and reported, and memories created."""
+
+    start: date
+    injected: int
+    cited: int
+    reported: int
+    created: int = 0
+
+    @property
+    def cite_rate(self) -> float | None:
+        """Cited ÷ injected (None for a week nothing was injected)."""
+        return self.cited / self.injected if self.injected else None
+
+
+@dataclass(frozen=True)
+class MemoryHealth:
+    """A project's memory health as one member sees it (memories held for another author do
+    not exist here): memories by state now, the last weeks' injections, citations and
+    reports, memories injected often and never cited, and the most cited and reported."""
+
+    states: dict[str, int]
+    weeks: list[HealthWeek]
+    never_cited_after: int
+    never_cited_count: int
+    never_cited: list[IdentityMemory]
+    top_cited: list[IdentityMemory]
+    top_reported: list[IdentityMemory]
+
+    @property
+    def injected(self) -> int:
+        return sum(week.injected for week in self.weeks)
+
+    @property
+    def cited(self) -> int:
+        return sum(week.cited for week in self.weeks)
+
+    @property
+    def reported(self) -> int:
+        return sum(week.reported for week in self.weeks)
+
+    @property
+    def cite_rate(self) -> float | None:
+        return self.cited / self.injected if self.injected else None
+
+
+HEALTH_STATES = ("active", "held_for_review", "superseded", "archived")
+
+
+def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHealth:
+    """`project`'s memory health over the last `HEALTH_WEEKS` weeks (the last week ends
+    today), as `user`, a member, sees it. Eight queries whatever the project's size: the
+    states, the memories created per day, the feedback per day and kind, the tasks that
+    received memories, which of their memories are the project's, the never-cited, the top
+    cited and the top reported.
+
+    Injected counts a memory once per task whose first turn received it; cited and reported
+    count feedback rows (a task cites a memory once). Cite rate is cited ÷ injected.
+    """
+    now = now or timezone.now()
+    today = timezone.localdate(now)
+    first_day = today - timedelta(days=7 * HEALTH_WEEKS - 1)
+    since = datetime.combine(first_day, time.min, tzinfo=timezone.get_current_timezone())
+    memories = project_memories_visible_to(user, project_id=project.pk)
+    held = _held_for_review()
+    states = memories.aggregate(
+        active=Count("pk", filter=Q(status=MemoryStatus.ACTIVE) & ~held),
+        held_for_review=Count("pk", filter=Q(status=MemoryStatus.ACTIVE) & held),
+        superseded=Count("pk", filter=Q(status=MemoryStatus.SUPERSEDED)),
+        archived=Count("pk", filter=Q(status=MemoryStatus.ARCHIVED)),
+    )
+
+    def week_of(day: date) -> int | None:
+        index = (day - first_day).days // 7
+        return index if 0 <= index < HEALTH_WEEKS else None
+
+    created = [0] * HEALTH_WEEKS
+    new_per_day = (
+        memories.filter(created_at__gte=since)
+        .annotate(day=TruncDate("created_at"))
+        .values_list("day")
+        .annotate(total=Count("pk"))
+        .order_by()
+    )
+    for day, total in new_per_day:
+        index = week_of(day)
+        if index is not None:
+            created[index] += total
+
+    cited = [0] * HEALTH_WEEKS
+    reported = [0] * HEALTH_WEEKS
+    per_day = (
+        MemoryFeedback.objects.filter(created_at__gte=since, memory__in=memories.values("pk"))
+        .annotate(day=TruncDate("created_at"))
+        .values_list("day", "kind")
+        .annotate(total=Count("pk"))
+        .order_by()
+    )
+    for day, kind, total in per_day:
+        index = week_of(day)
+        if index is not None:
+            (cited if kind == FeedbackKind.CITE else reported)[index] += total
+
+    receivers = (
+        Task.objects.filter(project_id=project.pk)
+        .filter(Q(started_at__gte=since) | Q(started_at__isnull=True, created_at__gte=since))
+        .exclude(injected_memory_ids=[])
+        .values_list("started_at", "created_at", "injected_memory_ids")
+    )
+    receivers = [
+        (started or created, ids) for started, created, ids in receivers if isinstance(ids, list)
+    ]
+    # Of the ids the tasks received, the project's memories this user may see (not the
+    # users' own memories, nor those held for another author): a memory injected in the
+    # window was last injected in it, so no list of ids goes into the query.
+    projects = (
+        set(memories.filter(last_injected_at__gte=since).values_list("pk", flat=True))
+        if receivers
+        else set()
+    )
+    injected = [0] * HEALTH_WEEKS
+    for at, ids in receivers:
+        index = week_of(timezone.localdate(at))
+        if index is not None:
+            injected[index] += len({pk for pk in ids if type(pk) is int} & projects)
+
+    weeks = [
+        HealthWeek(
+            first_day + timedelta(days=7 * i), injected[i], cited[i], reported[i], created[i]
+        )
+        for i in range(HEALTH_WEEKS)
+    ]
+    after = int(conf.get("NEVER_CITED_AFTER"))
+    never_cited = list(
+        memories.filter(status=MemoryStatus.ACTIVE, cite_count=0, injection_count__gte=after)
+        .annotate(total=Window(Count("pk")))
+        .order_by("-injection_count", "-id")[:HEALTH_NEVER_CITED_SHOWN]
+    )
+    recent = Q(feedback__created_at__gte=since)
+    top_cited = list(
+        memories.annotate(
+            recent=Count("feedback", filter=recent & Q(feedback__kind=FeedbackKind.CITE))
+        )
+        .filter(recent__gt=0)
+        .order_by("-recent", "-cite_count", "-id")[:HEALTH_TOP]
+    )
+    top_reported = list(
+        memories.annotate(
+            recent=Count("feedback", filter=recent & Q(feedback__kind=FeedbackKind.REPORT))
+        )
+        .filter(recent__gt=0)
+        .order_by("-recent", "-report_count", "-id")[:HEALTH_TOP]
+    )
+    return MemoryHealth(
+        states={name: states[name] for name in HEALTH_STATES},
+        weeks=weeks,
+        never_cited_after=after,
+        never_cited_count=never_cited[0].total if never_cited else 0,
+        never_cited=never_cited,
+        top_cited=top_cited,
+        top_reported=top_reported,
     )

@@ -66,7 +66,7 @@ def main() -> None:
                 client = APIClient()
                 client.force_authenticate(reader)
 
-                def read(client=client):
+                def read(client=client, task=task):
                     response = client.get(f"/tasks/{task.pk}", HTTP_HOST="127.0.0.1")
                     assert response.status_code == 200, response.status_code
                     return response.json()

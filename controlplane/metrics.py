@@ -51,6 +51,11 @@ http_request_duration = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
 
+throttle_cache_failures = Counter(
+    "controlplane_throttle_cache_failures",
+    "Requests let through unthrottled because the throttle cache could not be reached.",
+)
+
 
 def request_metrics_middleware(get_response: Callable) -> Callable:
     """Count every response and time it, labelled by the URL pattern (not the path)."""

@@ -188,6 +188,12 @@ REST_FRAMEWORK = {
 # Throttle counters live in this cache; several API processes need a shared one, e.g.
 # CACHE_URL=redis://127.0.0.1:6379/0 (the default, locmem, is per process).
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+if CACHES["default"]["BACKEND"].endswith(".RedisCache"):
+    # A Redis that hangs costs a request this long at most; throttling then fails open.
+    _cache_timeout = env.float("CACHE_TIMEOUT_SECONDS", default=0.5)
+    _cache_options = CACHES["default"].setdefault("OPTIONS", {})
+    _cache_options.setdefault("socket_connect_timeout", _cache_timeout)
+    _cache_options.setdefault("socket_timeout", _cache_timeout)
 for _scope, _rate in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"].items():
     # N/s, N/min, N/hour, N/day (DRF reads the period's first letter); empty: not throttled.
     if _rate and not re.fullmatch(r"[0-9]+/[smhd][a-z]*", _rate):
@@ -235,6 +241,10 @@ WORKER_POLL_INTERVAL_SECONDS = env.float("WORKER_POLL_INTERVAL_SECONDS", default
 WORKER_HEARTBEAT_SECONDS = env.float("WORKER_HEARTBEAT_SECONDS", default=10.0)
 # A running task whose heartbeat is older than this is re-queued as a checkpoint resume.
 WORKER_STALE_AFTER_SECONDS = env.float("WORKER_STALE_AFTER_SECONDS", default=60.0)
+# A turn whose agent finished while the database was unreachable keeps its result in memory
+# and retries the finish (with its ledger row) with back-off for up to this long, as long as
+# the worker still holds the task (docs/operations.md, Faults). 0: no retry.
+WORKER_FINISH_RETRY_SECONDS = env.float("WORKER_FINISH_RETRY_SECONDS", default=120.0)
 WORKER_CODEX_BINARY = env.str("WORKER_CODEX_BINARY", default="codex")
 WORKER_CODEX_WORKDIR = env.str("WORKER_CODEX_WORKDIR", default=str(VAR_DIR / "codex-work"))
 WORKER_CODEX_SANDBOX = env.str("WORKER_CODEX_SANDBOX", default="workspace-write")

@@ -46,6 +46,18 @@ def worker_settings_check(app_configs=None, **kwargs) -> list[Warning]:
                 id="worker.W003",
             )
         )
+    retry = settings.WORKER_FINISH_RETRY_SECONDS
+    if retry < 0:
+        problems.append(Warning("WORKER_FINISH_RETRY_SECONDS must be 0 or more.", id="worker.W006"))
+    elif retry < settings.WORKER_STALE_AFTER_SECONDS:
+        problems.append(
+            Warning(
+                "WORKER_FINISH_RETRY_SECONDS is below WORKER_STALE_AFTER_SECONDS: a worker "
+                "that finished a turn during a database outage may drop its result while the "
+                "task is still its own, and the task then runs again.",
+                id="worker.W006",
+            )
+        )
     return problems
 
 

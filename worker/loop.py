@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 from django.utils import timezone
 
 from automemory import conf as automemory_conf
@@ -38,7 +38,7 @@ from automemory.services.injector import InjectionPreferences
 from controlplane import selectors
 from controlplane.logging import context_thread, log_context
 from controlplane.models import Task
-from worker import services
+from worker import faults, metrics, services
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
 from worker.executors.base import TokenUsage
 from worker.session_records import SessionKeeper
@@ -59,7 +59,7 @@ class WorkerAbort(BaseException):
 class RunReport:
     task_id: int
     turn: int
-    outcome: str  # completed | failed | refused | requeued | discarded
+    outcome: str  # completed | failed | refused | requeued | discarded | unrecorded
     seconds: float
     reason: str = ""
 
@@ -117,6 +117,7 @@ class Heartbeat:
 
     def _run(self) -> None:
         started = last_progress = time.monotonic()
+        outage = faults.Outage(f"heartbeat of task {self.task_id}", logger=logger)
         try:
             while not self._stop.wait(self.interval):
                 now = time.monotonic()
@@ -128,13 +129,15 @@ class Heartbeat:
                         self.turn,
                         now - started,
                     )
+                faults.refresh_connections()  # a broken connection is replaced
                 try:
                     owned = services.task_heartbeat(
                         task_id=self.task_id, worker_id=self.worker_id, claimed_at=self.claimed_at
                     )
-                except Exception:
-                    logger.warning("heartbeat of task %s failed", self.task_id, exc_info=True)
+                except Exception as exc:
+                    outage.failed(exc)
                     continue
+                outage.ok()
                 if not owned:
                     logger.warning(
                         "task %s is no longer held by %s; stopping its execution",
@@ -173,14 +176,17 @@ class StaleTaskRecovery:
             self._thread.join()
 
     def _run(self) -> None:
+        outage = faults.Outage("stale task recovery", logger=logger)
         try:
             while not self._stop.wait(self.interval):
-                close_old_connections()  # a broken or expired connection is replaced
+                faults.refresh_connections()  # a broken or expired connection is replaced
                 try:
                     self.worker.recover_stale()  # logs each task it re-queues
                     services.worker_seen(worker_id=self.worker.worker_id)
-                except Exception:
-                    logger.warning("stale task recovery failed; retrying", exc_info=True)
+                except Exception as exc:
+                    outage.failed(exc)
+                    continue
+                outage.ok()
         finally:
             connection.close()  # this thread's own connection
 
@@ -215,13 +221,19 @@ class SweeperThread:
             logger.warning("could not release the sweep lease; it expires", exc_info=True)
 
     def _run(self) -> None:
+        outage = faults.Outage("memory sweep", logger=logger)
         try:
             while not self._stop.is_set():
-                close_old_connections()  # a broken or expired connection is replaced
+                faults.refresh_connections()  # a broken or expired connection is replaced
                 try:
                     self.sweeper.run()  # logs what it did
-                except Exception:
-                    logger.exception("memory sweep failed; retrying after the interval")
+                except Exception as exc:
+                    if faults.is_connection_error(exc):
+                        outage.failed(exc, retrying="retrying after the interval")
+                    else:
+                        logger.exception("memory sweep failed; retrying after the interval")
+                else:
+                    outage.ok()
                 self._stop.wait(self.interval)
         finally:
             connection.close()  # this thread's own connection
@@ -238,6 +250,7 @@ class Worker:
         stale_after_seconds: float | None = None,
         round_max_tasks: int | None = None,
         progress_log_seconds: float | None = None,
+        finish_retry_seconds: float | None = None,
         sweeper=None,
         sweep_interval: float | None = None,
         role: str = "all",
@@ -254,6 +267,9 @@ class Worker:
         )
         self.round_max_tasks = int(_setting(round_max_tasks, "WORKER_ROUND_MAX_TASKS"))
         self.progress_log_seconds = _setting(progress_log_seconds, "WORKER_PROGRESS_LOG_SECONDS")
+        self.finish_retry_seconds = _setting(finish_retry_seconds, "WORKER_FINISH_RETRY_SECONDS")
+        # The rounds' and the task steps' view of database outages (one warning per outage).
+        self._outage = faults.Outage(f"worker {self.worker_id}", logger=logger)
         self.stopping = False  # first signal: finish the task in hand, then leave
         self.aborting = False  # second signal: stop the task in hand, re-queue it, leave
         self._control: ExecutionControl | None = None
@@ -287,12 +303,16 @@ class Worker:
             while not self.stopping:
                 try:
                     report = self.run_round()
-                except Exception:
-                    # A database outage, say. A task in hand stays `running` and is recovered
-                    # once its heartbeat is stale; the worker itself carries on.
-                    logger.exception("round failed; retrying after the poll interval")
+                except Exception as exc:
+                    # A database outage, say (one warning for all of it; any other error
+                    # with its traceback). The worker carries on.
+                    if faults.is_connection_error(exc):
+                        self._outage.failed(exc, retrying="retrying every second")
+                    else:
+                        logger.exception("round failed; retrying after the poll interval")
                     self._sleep(max(self.poll_interval, 1.0))
                     continue
+                self._outage.ok()
                 if not report.did_work:
                     self._sleep(self.poll_interval)
         except WorkerAbort:
@@ -332,11 +352,11 @@ class Worker:
             max_tasks = self.round_max_tasks
         started = time.monotonic()
         report = RoundReport()
-        _refresh_connections()
+        faults.refresh_connections()
         report.recovered = self.recover_stale()
         services.worker_seen(worker_id=self.worker_id)
         while not self.stopping and (max_tasks is None or len(report.runs) < max_tasks):
-            _refresh_connections()
+            faults.refresh_connections()
             claim = self.claim_one(queued_before=queued_before)
             if claim is None:
                 break
@@ -455,6 +475,8 @@ class Worker:
                 preferences=preferences,
             )
         except Exception as exc:
+            if faults.is_connection_error(exc):
+                raise  # the database is gone: the whole preparation is tried again
             logger.warning(
                 "task %s: memory injection failed (%s: %s); running without memories",
                 task.pk,
@@ -491,11 +513,25 @@ class Worker:
 
     def _run_claimed(self, claim: services.Claim) -> tuple[str, str]:
         task = claim.task
-        refusal = services.task_quota_refusal(task=task, quota=claim.quota)
-        if refusal:
-            services.task_refuse(task=task, worker_id=self.worker_id, reason=refusal)
-            return "refused", refusal
-        request = self.prepare(task, preferences=claim.preferences, memory_key=claim.memory_key)
+        try:
+            refusal = services.task_quota_refusal(task=task, quota=claim.quota)
+            if refusal:
+                self._while_unreachable(
+                    lambda: services.task_refuse(
+                        task=task, worker_id=self.worker_id, reason=refusal
+                    )
+                )
+                return "refused", refusal
+            # Nothing has run yet: while the database is gone, the preparation waits.
+            request = self._while_unreachable(
+                lambda: self.prepare(
+                    task, preferences=claim.preferences, memory_key=claim.memory_key
+                )
+            )
+        except faults.GaveUp:
+            reason = "database unreachable before the agent ran; recovered once stale"
+            logger.error("task %s: %s", task.pk, reason)
+            return "unrecorded", reason
         if self.aborting:
             self._requeue(task, reason="worker stopped at once")
             return "requeued", ""
@@ -506,11 +542,76 @@ class Worker:
             return "requeued", ""
         if lost:
             return "discarded", "the task was recovered by another worker while it ran"
-        if not services.task_finish(task=task, worker_id=self.worker_id, result=result):
-            return "discarded", "the task was no longer held by this worker"
+        outcome = self._finish(task, result)
+        if outcome != "finished":
+            return outcome, self._finish_reasons[outcome]
         if result.status == "completed":
             self.record_citations(task, result)
         return result.status, result.failure_reason
+
+    _finish_reasons = {
+        "discarded": "the task was no longer held by this worker",
+        "unrecorded": "the database stayed unreachable; the result was dropped",
+    }
+
+    def _finish(self, task: Task, result: ExecutionResult) -> str:
+        """Record the turn's result: `finished`, `discarded` (the task is no longer held) or
+        `unrecorded`.
+
+        While the database is unreachable the result is kept in memory and the finish (with
+        its ledger row) retried with back-off for up to `finish_retry_seconds`; every attempt
+        is the same fenced statement (held by this worker under the same claim), so a task
+        that was really taken over meanwhile is not written twice. All attempts carry the
+        same `finished_at`: a retry that finds the task no longer running looks for its own
+        run, in case the attempt whose reply was lost did commit.
+        """
+        now = timezone.now()
+        started = time.monotonic()
+        attempts = 0
+
+        def attempt() -> bool:
+            nonlocal attempts
+            attempts += 1
+            finished = services.task_finish(
+                task=task, worker_id=self.worker_id, result=result, now=now
+            )
+            if not finished and attempts > 1:
+                return services.task_finish_recorded(task=task, worker_id=self.worker_id, now=now)
+            return finished
+
+        try:
+            finished = self._while_unreachable(attempt)
+        except faults.GaveUp:
+            logger.error(
+                "task %s turn %s: its result could not be recorded in %.0fs (database "
+                "unreachable); it is dropped, and the task runs again once stale",
+                task.pk,
+                task.turn,
+                time.monotonic() - started,
+            )
+            metrics.finish_retries.labels("dropped").inc()
+            return "unrecorded"
+        if attempts > 1:
+            metrics.finish_retries.labels("recorded" if finished else "not_held").inc()
+            logger.warning(
+                "finish of task %s turn %s %s after %.1fs and %d attempts",
+                task.pk,
+                task.turn,
+                "recorded" if finished else "not written: the task is no longer held",
+                time.monotonic() - started,
+                attempts,
+            )
+        return "finished" if finished else "discarded"
+
+    def _while_unreachable(self, action):
+        """`action()`, retried while the database is unreachable (`faults`), for up to
+        `finish_retry_seconds`; a second signal stops the retries."""
+        return faults.retry_while_unreachable(
+            action,
+            outage=self._outage,
+            seconds=self.finish_retry_seconds,
+            should_stop=lambda: self.aborting,
+        )
 
     def _execute(self, request: ExecutionRequest) -> tuple[ExecutionResult, bool]:
         claimed_at = self._claimed_at  # the claim's fence, checked by every write while it runs
@@ -599,15 +700,6 @@ class Worker:
             logger.warning("could not mark worker %s stopped", self.worker_id, exc_info=True)
         logger.info("worker %s stopped", self.worker_id)
         self._log_context.close()
-
-
-def _refresh_connections() -> None:
-    """Drop broken or expired connections, as Django does between requests.
-
-    Never inside an atomic block: the caller's transaction (a test's) owns the connection.
-    """
-    if not connection.in_atomic_block:
-        close_old_connections()
 
 
 def _setting(value, name: str):

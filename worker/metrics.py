@@ -1,10 +1,10 @@
 """Prometheus metrics of the worker: claims, outcomes per executor, recoveries, refusals,
 codex session records.
 
-Incremented by `worker.services` (and `worker.session_records`) once the change they count is
-committed. A worker serves them itself on `WORKER_METRICS_PORT` (`worker.metrics_server`), or
-shares `PROMETHEUS_MULTIPROC_DIR` with the API processes of its host, whose `/metrics` then
-includes them (docs/operations.md).
+Incremented by `worker.services` (and `worker.session_records`, and the loop's finish retry)
+once the change they count is committed. A worker serves them itself on
+`WORKER_METRICS_PORT` (`worker.metrics_server`), or shares `PROMETHEUS_MULTIPROC_DIR` with
+the API processes of its host, whose `/metrics` then includes them (docs/operations.md).
 """
 
 from prometheus_client import Counter, Histogram
@@ -27,6 +27,12 @@ task_failures = Counter(
 task_recoveries = Counter(
     "worker_task_recoveries",
     "Running tasks whose heartbeat went stale, re-queued as resumes.",
+)
+finish_retries = Counter(
+    "worker_finish_retries",
+    "Turns whose finish met a database outage and was retried, by outcome (recorded; not_held: "
+    "the task was taken over meanwhile, nothing written; dropped: the retry time ran out).",
+    ["outcome"],
 )
 quota_refusals = Counter(
     "worker_quota_refusals",

@@ -319,6 +319,22 @@ def task_finish(
     return finished
 
 
+def task_finish_recorded(*, task: Task, worker_id: str, now: datetime) -> bool:
+    """Whether `worker_id`'s finish of `task`'s turn, stamped `now`, is in the database.
+
+    A finish whose reply was lost with its connection may have committed; its retry then
+    finds the task no longer running and writes nothing. This tells the two apart: the
+    run history holds the run that finish wrote, with its exact `finished_at`.
+    """
+    return TaskRun.objects.filter(
+        task_id=task.pk,
+        turn=task.turn,
+        worker_id=worker_id,
+        finished_at=now,
+        outcome__in=(RunOutcome.COMPLETED, RunOutcome.FAILED),
+    ).exists()
+
+
 def _finish_in_transaction(
     *,
     task: Task,

@@ -20,7 +20,9 @@ from automemory.console.memory_forms import (
     MyMemoryFilterForm,
     ProjectMemoryFilterForm,
 )
+from automemory.console.review_views import next_url
 from automemory.console.views import access_get
+from automemory.models import ReportReason
 from controlplane.access import (
     APPROVE_MEMORY,
     CREATE_TASK,
@@ -34,7 +36,7 @@ from controlplane.access import (
     role_allows,
 )
 from controlplane.errors import DomainError
-from controlplane.models import IdentityMemory, MemoryScope
+from controlplane.models import IdentityMemory, MemoryScope, MemoryVisibility
 from controlplane.selectors import task_list
 from controlplane.services import memories as memory_services
 
@@ -72,11 +74,18 @@ def _may_change(memory: IdentityMemory, *, user, role: str | None) -> bool:
 
 
 def _may_approve(memory: IdentityMemory, *, user, role: str | None) -> bool:
-    return (
-        memory.scope == MemoryScope.PROJECT
-        and memory.held_for_review
-        and memory_allows(memory, user=user, role=role, action=APPROVE_MEMORY)
-    )
+    """A held memory (flagged, or reported): a project owner may release it; a user their
+    own user-level memory."""
+    if not memory.held_for_review:
+        return False
+    if memory.scope == MemoryScope.USER:
+        return memory_allows(memory, user=user, role=None, action=APPROVE_MEMORY)
+    return role_allows(role, APPROVE_MEMORY)
+
+
+def _held_for_author(memory: IdentityMemory, *, user) -> bool:
+    """Held for `user` as its author (privacy by consent): theirs to share, edit or delete."""
+    return memory.visibility == MemoryVisibility.AUTHOR and memory.created_by_id == user.pk
 
 
 @require_GET
@@ -119,6 +128,14 @@ def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
         "filtered": form.is_valid() and any(form.cleaned_data.values()),
         "can_change": scope == MemoryScope.USER or role_allows(role, CREATE_TASK),
         "can_approve": scope == MemoryScope.PROJECT and role_allows(role, APPROVE_MEMORY),
+        "can_review": role_allows(role, APPROVE_MEMORY),
+        "review_count": (
+            selectors.review_queue_count(project=project, user=request.user)
+            if role_allows(role, APPROVE_MEMORY)
+            else 0
+        ),
+        "held_for_me": list(selectors.held_for_me_list(project=project, user=request.user)[:20]),
+        "preview": {"prompt": "", "goal": ""},
     }
     # The filter form swaps only the list in place; anything else (a reload, history
     # restore) gets the whole page.
@@ -137,13 +154,17 @@ def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
 @require_GET
 @login_required
 def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
-    """One memory with its provenance: source tasks, what it superseded, its use."""
+    """One memory with its provenance (source tasks, what it superseded), its history
+    (injected, shown, cited, reported), and the actions the user may take on it."""
     memory, role = _memory_visible(request, memory_id)
     context = {
         "memory": memory,
         "role": role,
         "can_change": _may_change(memory, user=request.user, role=role),
         "can_approve": _may_approve(memory, user=request.user, role=role),
+        "held_for_me": _held_for_author(memory, user=request.user),
+        "history": selectors.memory_history_get(user=request.user, memory=memory),
+        "reasons": ReportReason.choices,
         "back_url": _memory_return_url(memory),
     }
     return render(request, "console/memory_detail.html", context)
@@ -165,16 +186,15 @@ def memory_edit(request: HttpRequest, memory_id: str) -> HttpResponse:
                 form.add_domain_error(error)
             else:
                 messages.success(request, "Memory saved.")
-                return redirect("console:memory", memory.pk)
+                return redirect(next_url(request, reverse("console:memory", args=[memory.pk])))
         status = 400
     else:
         form = MemoryContentForm(initial={"content": memory.content})
         status = 200
-    context = {
-        "memory": memory,
-        "form": form,
-        "back_url": reverse("console:memory", args=[memory.pk]),
-    }
+    # A page that sent the user here (`next`, e.g. Needs review) is where they go back to.
+    explicit = next_url(request, "")
+    back_url = explicit or reverse("console:memory", args=[memory.pk])
+    context = {"memory": memory, "form": form, "back_url": back_url, "next": explicit}
     return render(request, "console/memory_edit.html", context, status=status)
 
 
@@ -184,11 +204,13 @@ def memory_delete(request: HttpRequest, memory_id: str) -> HttpResponse:
     """Ask for confirmation (GET), then forget the memory for good (POST)."""
     memory = access_get(memory_get_for_delete, user=request.user, memory_id=memory_id)
     if request.method == "POST":
-        back_url = _memory_return_url(memory)
+        back_url = next_url(request, _memory_return_url(memory))
         memory_services.memory_delete(user=request.user, memory=memory)
         messages.success(request, "Memory deleted. It will not come back.")
         return redirect(back_url)
-    context = {"memory": memory, "back_url": reverse("console:memory", args=[memory.pk])}
+    explicit = next_url(request, "")
+    back_url = explicit or reverse("console:memory", args=[memory.pk])
+    context = {"memory": memory, "back_url": back_url, "next": explicit}
     return render(request, "console/memory_confirm_delete.html", context)
 
 
@@ -203,7 +225,7 @@ def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
         messages.error(request, error.message)
     else:
         messages.success(request, "Memory approved: new tasks may receive it.")
-    return redirect("console:memory", memory.pk)
+    return redirect(next_url(request, reverse("console:memory", args=[memory.pk])))
 
 
 @require_POST

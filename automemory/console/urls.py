@@ -1,6 +1,6 @@
 from django.urls import path
 
-from automemory.console import memory_views, task_views, views
+from automemory.console import insight_views, memory_views, review_views, task_views, views
 
 app_name = "console"
 
@@ -17,7 +17,16 @@ urlpatterns = [
         memory_views.project_memories,
         name="project_memories",
     ),
+    path("projects/<str:project_id>/review", review_views.project_review, name="project_review"),
+    path(
+        "projects/<str:project_id>/preview",
+        insight_views.project_preview,
+        name="project_preview",
+    ),
+    path("projects/<str:project_id>/health", insight_views.project_health, name="project_health"),
     path("memories/<str:memory_id>", memory_views.memory_detail, name="memory"),
+    path("memories/<str:memory_id>/report", review_views.memory_report_page, name="memory_report"),
+    path("memories/<str:memory_id>/share", review_views.memory_share_action, name="memory_share"),
     path("memories/<str:memory_id>/edit", memory_views.memory_edit, name="memory_edit"),
     path("memories/<str:memory_id>/delete", memory_views.memory_delete, name="memory_delete"),
     path("memories/<str:memory_id>/approve", memory_views.memory_approve, name="memory_approve"),

@@ -18,22 +18,81 @@ settings overrides apply; a scope with no (or an empty) rate is not throttled. C
 in Django's cache: with several API processes it must be a shared one (`CACHE_URL`, e.g.
 Redis). The client address is REMOTE_ADDR, or the one `NUM_PROXIES` trusted proxies put in
 X-Forwarded-For.
+
+When the cache cannot be reached (Redis stopped, or slower than its socket timeout),
+throttling fails open: every request is let through unthrottled, authentication and access
+rules applying as ever, with one warning per outage in the log and each such request counted
+(`controlplane_throttle_cache_failures`). A cache outage must not take the API down, and the
+keys are too long to guess in the meantime (docs/operations.md, Faults).
 """
 
+import logging
 import math
+import threading
 import time
 
+import redis
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions, serializers, throttling
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.settings import api_settings
 
+from controlplane import metrics
+
+logger = logging.getLogger(__name__)
+
+# What a cache that cannot be reached raises: Redis's errors, or a socket's.
+CACHE_ERRORS = (redis.exceptions.RedisError, OSError)
+
 # Routes (URL names) of the auto memory run endpoint, throttled by `run` and `run_force`.
 RUN_ROUTE_NAMES = frozenset({"auto-memory-run"})
 
 
+class _CacheOutage:
+    """One warning when the throttle cache becomes unreachable, one line when it is back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.since: float | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        metrics.throttle_cache_failures.inc()
+        with self._lock:
+            if self.since is not None:
+                return
+            self.since = time.monotonic()
+        logger.warning(
+            "throttle cache unreachable (%s: %s); requests pass unthrottled until it is back",
+            type(exc).__name__,
+            exc,
+        )
+
+    def ok(self) -> None:
+        if self.since is None:
+            return
+        with self._lock:
+            since, self.since = self.since, None
+        if since is not None:
+            logger.warning("throttle cache reachable again after %.1fs", time.monotonic() - since)
+
+
+cache_outage = _CacheOutage()
+
+
 class _RateFromSettings(throttling.SimpleRateThrottle):
-    """Reads its rate at each request (DRF binds THROTTLE_RATES once, at import)."""
+    """Reads its rate at each request (DRF binds THROTTLE_RATES once, at import); lets the
+    request through when the cache cannot be reached (fails open)."""
+
+    def allow_request(self, request, view) -> bool:
+        self.history = None  # read from the cache by DRF, unless the request is not counted
+        try:
+            allowed = super().allow_request(request, view)
+        except CACHE_ERRORS as exc:
+            cache_outage.failed(exc)
+            return True
+        if self.history is not None:
+            cache_outage.ok()
+        return allowed
 
     @staticmethod
     def timer() -> float:
@@ -109,16 +168,24 @@ class AddressThrottle(_RateFromSettings):
         """Raise `Throttled` (429 with Retry-After) when the address is over the rate."""
         if self.rate is None:
             return
-        self._load(request)
+        try:
+            self._load(request)
+        except CACHE_ERRORS as exc:
+            cache_outage.failed(exc)
+            return
+        cache_outage.ok()
         if len(self.history) >= self.num_requests:
             raise exceptions.Throttled(wait=self.wait())
 
     def record(self, request) -> None:
         if self.rate is None:
             return
-        self._load(request)
-        self.history.insert(0, self.now)
-        self.cache.set(self.key, self.history, self.duration)
+        try:
+            self._load(request)
+            self.history.insert(0, self.now)
+            self.cache.set(self.key, self.history, self.duration)
+        except CACHE_ERRORS as exc:
+            cache_outage.failed(exc)
 
     def _load(self, request) -> None:
         self.key = self.get_cache_key(request)

@@ -2,6 +2,7 @@
 `manage.py run_worker` processes can share with the test."""
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -277,6 +278,22 @@ def worker_processes(tmp_path):
     procs = WorkerProcesses(tmp_path)
     yield procs
     procs.stop_all()
+
+
+def counting_agent(runs_dir: Path, seconds: float = 0.1) -> str:
+    """A `WORKER_COMMAND` agent that sleeps `seconds` and leaves one line per run in
+    `runs_dir/<task id>`: how many times each task's agent really ran, whatever the
+    database says."""
+    script = (
+        f'echo run >> {shlex.quote(str(runs_dir))}/"$CONTROLPLANE_TASK_ID";'
+        f" sleep {seconds}; echo ok"
+    )
+    return f"sh -c {shlex.quote(script)}"
+
+
+def agent_runs(runs_dir: Path) -> dict[int, int]:
+    """Runs per task id, as `counting_agent` left them."""
+    return {int(path.name): len(path.read_text().splitlines()) for path in runs_dir.iterdir()}
 
 
 def wait_for(predicate, *, timeout: float, interval: float = 0.05, message: str = ""):

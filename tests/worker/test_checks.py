@@ -28,3 +28,13 @@ def test_a_stale_threshold_too_close_to_the_heartbeat_is_reported(settings):
     settings.WORKER_HEARTBEAT_SECONDS = 10
     settings.WORKER_STALE_AFTER_SECONDS = 15
     assert ids() == ["worker.W003"]
+
+
+def test_a_finish_retry_shorter_than_the_stale_threshold_is_reported(settings):
+    settings.WORKER_STALE_AFTER_SECONDS = 60
+    settings.WORKER_FINISH_RETRY_SECONDS = 30
+    assert ids() == ["worker.W006"]
+    settings.WORKER_FINISH_RETRY_SECONDS = -1
+    assert ids() == ["worker.W006"]
+    settings.WORKER_FINISH_RETRY_SECONDS = 60
+    assert ids() == []

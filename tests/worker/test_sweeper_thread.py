@@ -11,7 +11,7 @@ from django.utils import timezone
 from automemory.models import AutoMemorySettings, SweepState
 from controlplane.models import Task, TaskStatus
 from tests.automemory.fake_openai import FakeOpenAI, hang
-from tests.worker.conftest import wait_for
+from tests.worker.conftest import agent_runs, counting_agent, wait_for
 
 POLL_SECONDS = 0.5
 
@@ -102,3 +102,47 @@ def test_of_two_workers_one_sweeps(shared_db, worker_processes, hanging_model):
     assert len(hanging_model.completion_requests) == 1
     holders = SweepState.objects.using(shared_db.alias).exclude(lease_token=None)
     assert holders.filter(name="global").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_three_workers_run_150_tasks_once_each_while_the_sweep_hangs_on_the_model(
+    shared_db, worker_processes, hanging_model, tmp_path
+):
+    """The model endpoint hanging during a sweep, under load: what it held."""
+    seed_extraction_waiting_for_the_model(shared_db)
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    env = {**model_env(hanging_model), "WORKER_COMMAND": counting_agent(runs_dir)}
+    for i in range(3):
+        worker_processes.start(
+            shared_db, "--executor", "command", "--poll-interval", "0.1", "--worker-id", f"w{i}",
+            env=env,
+        )  # fmt: skip
+    wait_for(
+        lambda: hanging_model.completion_requests,
+        timeout=60,
+        message=f"the sweep never called the model:\n{worker_processes.logs()}",
+    )
+    ids = shared_db.seed_tasks(150, prompt="task {i} queued while the model hangs")
+    queued_at = time.monotonic()
+
+    wait_for(
+        lambda: not shared_db.tasks().filter(pk__in=ids).exclude(status=TaskStatus.COMPLETED),
+        timeout=60,
+        interval=0.1,
+        message=f"tasks left behind:\n{worker_processes.logs()}",
+    )
+    settle = time.monotonic() - queued_at
+
+    runs = agent_runs(runs_dir)
+    twice = [task_id for task_id, n in runs.items() if n > 1]
+    lost = len(set(ids) - set(runs))
+    print(
+        f"model hanging through a sweep, 3 workers, 150 tasks of a 0.1 s agent: {lost} lost,"
+        f" {len(twice)} run twice, all done {settle:.1f}s after they were queued;"
+        f" {len(hanging_model.completion_requests)} model call (still hanging)"
+    )
+    assert lost == 0 and twice == []
+    assert settle < 45  # well before the model call times out (45 s): the claims never waited
+    assert len(hanging_model.completion_requests) == 1

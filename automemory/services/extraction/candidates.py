@@ -54,6 +54,9 @@ from controlplane.models import (
 # Executor events that bring in context from outside the task (`TaskEvent.kind`).
 EXTERNAL_EVENT_KINDS = ("mcp_tool_call", "web_search")
 
+# The texts of a task (the long columns), read only for the tasks a sweep keeps.
+TASK_TEXTS = ("prompt", "goal", "continuation_prompt", "result_text", "failure_reason")
+
 
 @dataclass(frozen=True)
 class ExternalEvent:
@@ -142,9 +145,12 @@ def _examine(task_ids: Iterable[int], *, changed: bool) -> list[Candidate]:
     task_ids = list(task_ids)
     if not task_ids:
         return []
+    # Most tasks read are settled history the cursor passes over: their texts are read
+    # only for the tasks kept, in one more query.
     tasks = (
         Task.objects.filter(pk__in=task_ids, status=TaskStatus.COMPLETED)
         .select_related("auto_memory_log")
+        .defer(*TASK_TEXTS)
         .order_by("updated_at", "id")
     )
     with_memory = set(
@@ -160,6 +166,12 @@ def _examine(task_ids: Iterable[int], *, changed: bool) -> list[Candidate]:
             continue
         if _may_have_new_answer(task, log, changed=changed):
             kept.append(Candidate(task=task, log=log, changed=changed))
+    if kept:
+        texts = Task.objects.filter(pk__in=[c.task.pk for c in kept]).values_list("pk", *TASK_TEXTS)
+        by_id = {row[0]: row[1:] for row in texts}
+        for candidate in kept:
+            for name, value in zip(TASK_TEXTS, by_id[candidate.task.pk], strict=True):
+                setattr(candidate.task, name, value)
     return kept
 
 

@@ -353,7 +353,7 @@ def test_approve_and_restore(signed_in, project, task_factory, alice):
     plain = manual_memory(project, alice, "Nothing to approve here.")
     refused = signed_in.post(reverse("console:memory_approve", args=[plain.pk]), follow=True)
     assert refused.status_code == 200
-    assert "Only a flagged auto memory awaits approval." in refused.content.decode()
+    assert "This memory is not held for review." in refused.content.decode()
 
     archived = manual_memory(
         project, alice, "Old but useful.", status=MemoryStatus.ARCHIVED, archived_at=timezone.now()
