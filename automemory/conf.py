@@ -7,6 +7,10 @@ from typing import Any
 
 from django.conf import settings
 
+# The MCP server of the memory tools (automemory/mcp_server.py): its calls are internal,
+# never external context, whatever the user lists in `internal_mcp_servers`.
+MEMORY_SERVER_NAME = "memory"
+
 DEFAULTS: dict[str, Any] = {
     # Dotted path of the callable `(task, *, injected) -> str` that writes a memory's text
     # when the user has no `extract_model` (the deterministic excerpt by default); `injected`

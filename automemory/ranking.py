@@ -169,15 +169,28 @@ def memories_for_injection(
     return ranked[MemoryScope.USER], ranked[MemoryScope.PROJECT]
 
 
+def _owners(personal: bool) -> tuple[str, list[str]]:
+    """The SQL of the memories a task may see in both scopes (just the project's when not
+    `personal`) and the names of its parameters."""
+    if not personal:
+        return f"({OWNER[MemoryScope.PROJECT]})", ["project", "user"]
+    return (
+        f"(({OWNER[MemoryScope.USER]}) OR ({OWNER[MemoryScope.PROJECT]}))",
+        ["user", "project", "user"],
+    )
+
+
 def memories_search(
-    *, user_id: int, project_id: int, query_text: str, limit: int
+    *, user_id: int, project_id: int, query_text: str, limit: int, personal: bool = True
 ) -> list[IdentityMemory]:
     """What the memory tool's search finds for a task: the memories it may receive (both
-    scopes) that match `query_text` best, ranked like `relevant` injection; the newest when
-    the query has no searchable word. One query."""
+    scopes; project ones only unless `personal`) that match `query_text` best, ranked like
+    `relevant` injection; the newest when the query has no searchable word. One query."""
     if limit <= 0:
         return []
-    owners = f"(({OWNER[MemoryScope.USER]}) OR ({OWNER[MemoryScope.PROJECT]}))"
+    owners, names = _owners(personal)
+    values = {"user": user_id, "project": project_id}
+    owner_params = [values[name] for name in names]
     match = _match(query_text)
     columns = memory_columns()
     if match is None:
@@ -185,14 +198,29 @@ def memories_search(
             f"SELECT {columns}, CAST(NULL AS REAL) AS match_score FROM identity_memories m"
             f" WHERE {owners} AND {RECEIVABLE} ORDER BY {NEWEST} LIMIT %s"
         )
-        return list(IdentityMemory.objects.raw(sql, [user_id, project_id, user_id, limit]))
+        return list(IdentityMemory.objects.raw(sql, [*owner_params, limit]))
     sql = (
         f"SELECT {columns}, {match.score} AS match_score FROM {match.sql.from_sql}"
         f" WHERE {match.sql.condition} AND {owners} AND {RECEIVABLE}"
         f" ORDER BY match_score, {NEWEST} LIMIT %s"
     )
-    params = [*match.sql.params, user_id, project_id, user_id, limit]
+    params = [*match.sql.params, *owner_params, limit]
     return list(IdentityMemory.objects.raw(sql, params))
+
+
+def memory_receivable(
+    *, user_id: int, project_id: int, memory_id: int, personal: bool = True
+) -> IdentityMemory | None:
+    """The memory, if a task of the user in the project may receive it (the rule of
+    injection and search); None otherwise, whether it exists or not. One query."""
+    owners, names = _owners(personal)
+    values = {"user": user_id, "project": project_id}
+    sql = (
+        f"SELECT {memory_columns()} FROM identity_memories m"
+        f" WHERE m.id = %s AND {owners} AND {RECEIVABLE}"
+    )
+    found = list(IdentityMemory.objects.raw(sql, [memory_id, *(values[name] for name in names)]))
+    return found[0] if found else None
 
 
 def memories_matching(

@@ -116,6 +116,9 @@ class Task(models.Model):
     # the fence every later write of that worker checks (a task taken over is not written).
     claimed_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The SHA-256 of the running turn's memory tool key (controlplane.services.task_keys),
+    # set by the claim, cleared when the turn ends: the key works only while it runs.
+    memory_key_hash = models.CharField(max_length=64, blank=True, default="")
     # Memories whose text was prepended to the first turn's in-memory prompt.
     injected_memory_ids = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -159,6 +162,13 @@ class Task(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(kind__in=[k.value for k in TaskKind]), name="task_kind_valid"
+            ),
+            # The memory tool finds a running task by its key's hash (only running tasks
+            # have one, so the index stays as small as the running set).
+            models.UniqueConstraint(
+                fields=["memory_key_hash"],
+                condition=~Q(memory_key_hash=""),
+                name="task_memory_key_unique",
             ),
         ]
 

@@ -6,6 +6,8 @@ Every value can be set by an environment variable or a `.env` file beside `manag
 
 import ipaddress
 import re
+import shlex
+import sys
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -249,6 +251,8 @@ REST_FRAMEWORK = {
         "failed_auth": env.str("API_THROTTLE_FAILED_AUTH", default="30/min"),
         "run": env.str("API_THROTTLE_RUN", default="30/hour"),
         "run_force": env.str("API_THROTTLE_RUN_FORCE", default="5/hour"),
+        # The memory tool (MCP), per running task; each call also counts as its user's.
+        "memory_tool": env.str("API_THROTTLE_MEMORY_TOOL", default="120/min"),
     },
     # Proxies in front of the API whose X-Forwarded-For is trusted for the client address
     # (0: REMOTE_ADDR only; behind one TLS proxy: 1).
@@ -306,6 +310,16 @@ CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD = Decimal(
 WORKER_EXECUTOR = env.str("WORKER_EXECUTOR", default="echo")
 WORKER_COMMAND = env.str("WORKER_COMMAND", default="")
 WORKER_COMMAND_TIMEOUT_SECONDS = env.float("WORKER_COMMAND_TIMEOUT_SECONDS", default=600)
+# The memory tools (MCP server `memory`, docs/memory-tools.md): every agent run gets the
+# server and its turn's task key; the command line that serves it over stdio.
+WORKER_MEMORY_TOOLS = env.bool("WORKER_MEMORY_TOOLS", default=True)
+WORKER_MEMORY_MCP_COMMAND = env.str(
+    "WORKER_MEMORY_MCP_COMMAND",
+    default=shlex.join([sys.executable, str(BASE_DIR / "manage.py"), "memory_mcp"]),
+)
+# How long the `codex` executor lets the CLI wait for the memory server before the first
+# model request (it starts in a second or two; a server not up by then is left out).
+WORKER_MEMORY_MCP_STARTUP_SECONDS = env.float("WORKER_MEMORY_MCP_STARTUP_SECONDS", default=20.0)
 WORKER_POLL_INTERVAL_SECONDS = env.float("WORKER_POLL_INTERVAL_SECONDS", default=2.0)
 WORKER_HEARTBEAT_SECONDS = env.float("WORKER_HEARTBEAT_SECONDS", default=10.0)
 # A running task whose heartbeat is older than this is re-queued as a checkpoint resume.

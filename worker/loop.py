@@ -436,14 +436,19 @@ class Worker:
             logger.warning("task %s: its citations could not be recorded", task.pk, exc_info=True)
 
     def prepare(
-        self, task: Task, *, preferences: InjectionPreferences | None = None
+        self,
+        task: Task,
+        *,
+        preferences: InjectionPreferences | None = None,
+        memory_key: str = "",
     ) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector.
 
         `thread_usage` is what the ledger recorded for earlier runs of the task's agent thread
         (None when nothing is), so an executor whose agent reports thread-cumulative usage
         can bill this turn its own part only. `preferences`: the task's injection
-        preferences as the claim read them (else the injector reads them).
+        preferences as the claim read them (else the injector reads them). `memory_key`: the
+        memory tool key the claim minted for this turn.
         """
         thread_usage = selectors.thread_usage_get(task_id=task.pk, thread_id=task.thread_id)
         request = ExecutionRequest(
@@ -459,6 +464,7 @@ class Worker:
             thread_id=task.thread_id,
             continuation_prompt=task.continuation_prompt,
             thread_usage=TokenUsage(**thread_usage) if thread_usage is not None else None,
+            memory_key=memory_key,
         )
         try:
             injected = injector.inject_memories(
@@ -518,7 +524,9 @@ class Worker:
                 return "refused", refusal
             # Nothing has run yet: while the database is gone, the preparation waits.
             request = self._while_unreachable(
-                lambda: self.prepare(task, preferences=claim.preferences)
+                lambda: self.prepare(
+                    task, preferences=claim.preferences, memory_key=claim.memory_key
+                )
             )
         except faults.GaveUp:
             reason = "database unreachable before the agent ran; recovered once stale"

@@ -33,6 +33,7 @@ from controlplane.services.quota import (
     quota_status_from,
     quota_status_get,
 )
+from controlplane.services.task_keys import task_key_new
 from controlplane.services.usage import usage_cost_checked, usage_record
 from worker import metrics, statements
 from worker.executors.base import ExecutionResult
@@ -135,11 +136,13 @@ def workers_status_list(
 @dataclass(frozen=True)
 class Claim:
     """A task now running under this worker, with what the claim read beside its row: the
-    user's quota this month and the task's injection preferences (no statement of their own)."""
+    user's quota this month and the task's injection preferences (no statement of their own),
+    and the memory tool key the claim minted for this turn (only its hash is stored)."""
 
     task: Task
     quota: QuotaStatus
     preferences: InjectionPreferences
+    memory_key: str = ""
 
 
 def task_claim_next(
@@ -156,10 +159,12 @@ def task_claim_next(
     waiting; SQLite runs one writer at a time) and whose update is conditional on
     `status = 'queued'`. It sets the task running under `worker_id` since `claimed_at` (the
     fence the worker's later writes check), and reads back the task, the user's quota and
-    the task's injection preferences. `queued_before` limits the claim to tasks queued by
-    then (`run_worker --once`).
+    the task's injection preferences. It also stores the hash of a fresh memory tool key for
+    the turn (`controlplane.services.task_keys`). `queued_before` limits the claim to tasks
+    queued by then (`run_worker --once`).
     """
     now = now or timezone.now()
+    minted = task_key_new()
     scalars = [
         *quota_sql(user_id_sql=_task_column("user"), now=now),
         *injector.preferences_sql(task_id_sql=_task_column("id"), user_id_sql=_task_column("user")),
@@ -170,6 +175,7 @@ def task_claim_next(
         queued_before=queued_before,
         now=now,
         scalars=scalars,
+        memory_key_hash=minted.key_hash,
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -179,7 +185,10 @@ def task_claim_next(
     task, values = instance_from_row(Task, rows[0], scalars=scalars)
     metrics.task_claims.labels(task.executor).inc()
     return Claim(
-        task=task, quota=quota_status_from(values), preferences=injector.preferences_from(values)
+        task=task,
+        quota=quota_status_from(values),
+        preferences=injector.preferences_from(values),
+        memory_key=minted.key,
     )
 
 
@@ -273,6 +282,7 @@ def task_finish(
         "is_resume": False,
         "updated_at": now,
         "thread_id": result.thread_id or "",
+        "memory_key_hash": "",
     }
     events = [(event.kind, event.data) for event in result.events]
     if connection.vendor == "postgresql":
@@ -397,6 +407,7 @@ def task_refuse(*, task: Task, worker_id: str, reason: str, now: datetime | None
         "heartbeat_at": None,
         "is_resume": False,
         "updated_at": now,
+        "memory_key_hash": "",
     }
     with transaction.atomic():
         if not _release(
@@ -428,6 +439,7 @@ def task_requeue(
         "worker_id": "",
         "heartbeat_at": None,
         "updated_at": now,
+        "memory_key_hash": "",
     }
     with transaction.atomic():
         if not _release(
@@ -495,6 +507,7 @@ def tasks_recover_stale(
             worker_id="",
             heartbeat_at=None,
             updated_at=now,
+            memory_key_hash="",
         )
         _runs_lost(rows=rows, now=now)
         AuditEvent.objects.bulk_create(

@@ -45,10 +45,12 @@ def claim_sql(
     queued_before: datetime | None,
     now: datetime,
     scalars: Sequence[Scalar],
+    memory_key_hash: str = "",
 ) -> tuple[str, list]:
     """The claim of the oldest queued task for `worker_id`: one statement, returning the
     task's row (every concrete field) and then `scalars`, whose SQL may use the task's
-    columns qualified by its table name."""
+    columns qualified by its table name. `memory_key_hash`: the hash of the turn's memory
+    tool key."""
     task = table(Task)
     col = {name: column(Task, name) for name in ("id", "status", "queued_at", "started_at")}
     sets = [
@@ -59,11 +61,12 @@ def claim_sql(
         f"{column(Task, 'finished_at')} = NULL",
         f"{column(Task, 'failure_reason')} = ''",
         f"{column(Task, 'updated_at')} = %s",
+        f"{column(Task, 'memory_key_hash')} = %s",
         # A checkpoint resume keeps the time its turn first started.
         f"{col['started_at']} = CASE WHEN {column(Task, 'is_resume')}"
         f" AND {col['started_at']} IS NOT NULL THEN {col['started_at']} ELSE %s END",
     ]
-    params: list = [worker_id, _dt(now), _dt(now), _dt(now), _dt(now)]
+    params: list = [worker_id, _dt(now), _dt(now), _dt(now), memory_key_hash, _dt(now)]
     if executor:
         sets.append(f"{column(Task, 'executor')} = %s")
         params.append(executor)

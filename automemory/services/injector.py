@@ -178,7 +178,7 @@ def injection_plan(
     injection).
     """
     query_text = f"{goal or ''}\n{prompt}"
-    personal = preferences.personal_in_shared or not _shared(project_id, user_id=user_id)
+    personal = personal_allowed(user_id=user_id, project_id=project_id, preferences=preferences)
     user_candidates, project_candidates = ranking.memories_for_injection(
         user_id=user_id,
         project_id=project_id,
@@ -205,6 +205,17 @@ def injection_plan(
     if explain:
         plan.left_out = _left_out(plan, user_id=user_id, project_id=project_id, query=query_text)
     return plan
+
+
+def personal_allowed(*, user_id: int, project_id: int, preferences: InjectionPreferences) -> bool:
+    """Whether a task of the user in the project may receive the user's own memories:
+    always, unless `personal_memories_in_shared_projects` is off and others are members."""
+    return preferences.personal_in_shared or not _shared(project_id, user_id=user_id)
+
+
+def task_preferences(task: Task) -> InjectionPreferences:
+    """The task's injection preferences: its flag, else its user's settings (one query)."""
+    return _preferences(task)
 
 
 def _shared(project_id: int, *, user_id: int) -> bool:

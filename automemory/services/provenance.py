@@ -25,6 +25,7 @@ from types import MappingProxyType
 
 from django.conf import settings
 
+from automemory.models import TaskMemoryShown
 from automemory.services.redactor import redact
 from controlplane.models import AuditEvent, IdentityMemory, Task
 
@@ -388,26 +389,37 @@ class PrivateTexts:
 
 
 def injected_for(tasks: Sequence[Task]) -> dict[int, Injected]:
-    """Per task id, what its first turn received (`Injected`); tasks that received nothing
-    are left out. Two queries for the whole batch, none when no task received anything."""
-    receivers = [task for task in tasks if task.injected_ids]
+    """Per task id, what it received (`Injected`): its first turn's injected memories and
+    those the memory tool returned to it (`TaskMemoryShown`, as they are now); tasks that
+    received nothing are left out. Three queries for the whole batch at most."""
+    shown: dict[int, list[int]] = {}
+    if tasks:
+        for task_id, memory_id in TaskMemoryShown.objects.filter(
+            task_id__in=[task.pk for task in tasks]
+        ).values_list("task_id", "memory_id"):
+            shown.setdefault(task_id, []).append(memory_id)
+    receivers = [task for task in tasks if task.injected_ids or task.pk in shown]
     if not receivers:
         return {}
     memory_ids = {pk for task in receivers for pk in task.injected_ids}
+    memory_ids |= {pk for pks in shown.values() for pk in pks}
     stored = {
         memory.pk: memory_fingerprint(memory)
         for memory in IdentityMemory.objects.filter(pk__in=memory_ids).only(
             "pk", "scope", "user_id", "content"
         )
     }
-    snapshots = _snapshots_by_task([task.pk for task in receivers])
+    injected_tasks = [task.pk for task in receivers if task.injected_ids]
+    snapshots = _snapshots_by_task(injected_tasks) if injected_tasks else {}
     result = {}
     for task in receivers:
         recorded = snapshots.get(task.pk, [])
+        injected_ids = task.injected_ids
         known = set(stored) | {fingerprint.memory_id for fingerprint in recorded}
+        received = list(dict.fromkeys([*injected_ids, *shown.get(task.pk, ())]))
         result[task.pk] = Injected(
-            current=tuple(stored[pk] for pk in task.injected_ids if pk in stored),
+            current=tuple(stored[pk] for pk in received if pk in stored),
             recorded=tuple(recorded),
-            unrecorded=len(set(task.injected_ids) - known),
+            unrecorded=len(set(injected_ids) - known),
         )
     return result

@@ -120,6 +120,21 @@ class UserThrottle(_RateFromSettings):
         return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
 
 
+class MemoryToolThrottle(_RateFromSettings):
+    """The memory tool's calls, per task (`memory_tool`), in the same cache as the API's
+    counters (automemory.services.memory_tools also counts each call against its user's
+    `user` rate)."""
+
+    scope = "memory_tool"
+
+    def __init__(self, *, task_id: int) -> None:
+        self.task_id = task_id
+        super().__init__()
+
+    def get_cache_key(self, request, view) -> str | None:
+        return self.cache_format % {"scope": self.scope, "ident": self.task_id}
+
+
 class RunThrottle(UserThrottle):
     """`POST /users/me/auto-memory/run`, per user."""
 

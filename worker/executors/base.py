@@ -19,6 +19,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from django.conf import settings
+
+from controlplane.services.task_keys import TASK_KEY_ENV
+
 logger = logging.getLogger(__name__)
 
 # How much of a failing process's stderr ends up in the task's failure reason.
@@ -86,6 +90,9 @@ class ExecutionRequest:
     # thread; None when nothing is recorded. An executor whose agent reports thread-cumulative
     # usage on resume subtracts it to get this turn's own usage.
     thread_usage: TokenUsage | None = None
+    # The memory tool key of this turn (controlplane.services.task_keys): handed to the
+    # agent's memory server only, never logged (kept out of the repr).
+    memory_key: str = field(default="", repr=False)
 
     @property
     def text(self) -> str:
@@ -180,6 +187,23 @@ class ExecutionControl:
             self._on_thread_id(thread_id)
         except Exception:
             logger.warning("could not record thread id %s", thread_id, exc_info=True)
+
+
+# The memory tools (docs/memory-tools.md): the environment variables an agent process gets.
+MEMORY_COMMAND_ENV = "CONTROLPLANE_MEMORY_MCP_COMMAND"
+
+
+def memory_tool_env(request: ExecutionRequest) -> dict[str, str]:
+    """What gives an agent this turn's memory tools: the task key (`CONTROLPLANE_MEMORY_TOKEN`)
+    and the command line that serves the `memory` MCP server over stdio
+    (`CONTROLPLANE_MEMORY_MCP_COMMAND`); empty when `WORKER_MEMORY_TOOLS` is off or the turn
+    has no key."""
+    if not settings.WORKER_MEMORY_TOOLS or not request.memory_key:
+        return {}
+    return {
+        TASK_KEY_ENV: request.memory_key,
+        MEMORY_COMMAND_ENV: settings.WORKER_MEMORY_MCP_COMMAND,
+    }
 
 
 def spawn_agent(

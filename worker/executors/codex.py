@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -22,8 +23,12 @@ from typing import Any
 
 from django.conf import settings
 
+from automemory.conf import MEMORY_SERVER_NAME
+from automemory.services.redactor import redact
 from controlplane.pricing import PriceTable
+from controlplane.services.task_keys import TASK_KEY_ENV
 from worker.executors.base import (
+    MEMORY_COMMAND_ENV,
     TOKEN_USAGE_FIELDS,
     ExecutionControl,
     ExecutionRequest,
@@ -31,6 +36,7 @@ from worker.executors.base import (
     TaskEventData,
     TokenUsage,
     kill_process_group,
+    memory_tool_env,
     spawn_agent,
     stderr_tail,
 )
@@ -40,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 # Items kept as task events: the external-context gate of auto memory reads them.
 EVENT_ITEM_TYPES = frozenset({"mcp_tool_call", "web_search"})
+# The most characters of a memory tool call's arguments kept in its event.
+MEMORY_CALL_ARGUMENT_CHARS = 2000
 # An event item larger than this (as JSON) keeps its fields but loses its tool result body.
 EVENT_MAX_JSON_CHARS = 16_000
 
@@ -285,6 +293,8 @@ class CodexStream:
             self.warnings.append(_message(item))
             logger.info("codex warning: %.500s", _message(item))
         elif item_type in EVENT_ITEM_TYPES:
+            if item.get("server") == MEMORY_SERVER_NAME:
+                item = _memory_call(item)
             self.events.append(TaskEventData(kind=item_type, data=_compact(item)))
 
 
@@ -306,6 +316,18 @@ def _message(raw: Any) -> str:
     return str(raw or "")
 
 
+def _memory_call(item: dict[str, Any]) -> dict[str, Any]:
+    """A call of the memory tools, as kept: which tool, and its arguments redacted; never
+    its answer (memory text the database holds already) nor a note's secrets (the feedback
+    row keeps the note redacted)."""
+    kept = {key: item[key] for key in ("id", "type", "server", "tool", "status") if key in item}
+    arguments = item.get("arguments")
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
+    kept["arguments"] = redact(text[:MEMORY_CALL_ARGUMENT_CHARS])
+    kept["result_dropped"] = True
+    return kept
+
+
 def _compact(item: dict[str, Any]) -> dict[str, Any]:
     if len(json.dumps(item, default=str)) <= EVENT_MAX_JSON_CHARS:
         return item
@@ -319,6 +341,36 @@ def _compact(item: dict[str, Any]) -> dict[str, Any]:
         }
         compact["truncated"] = True
     return compact
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def memory_server_config(env: dict[str, str]) -> list[str]:
+    """`-c` overrides that give codex the `memory` MCP server for this run (none without a
+    task key in `env`): its command line, the names of the variables it inherits from the
+    CLI's environment (values never go on the command line: the key and DATABASE_URL stay
+    out of `ps`), and its tools approved, as `codex exec` never asks. A `memory` server of
+    the user's own config.toml is replaced. The CLI starts the model's first request once
+    its optional MCP servers are up or `mcp_optional_startup_grace_ms` has passed: that is
+    raised to `WORKER_MEMORY_MCP_STARTUP_SECONDS` so the server (a Django process, a second
+    or two to start) is there; a server that fails leaves the run without memory tools,
+    never fails it (memory is fail-open)."""
+    if not env.get(TASK_KEY_ENV) or not env.get(MEMORY_COMMAND_ENV):
+        return []
+    command, *arguments = shlex.split(env[MEMORY_COMMAND_ENV])
+    names = sorted(name for name in env if _ENV_NAME.fullmatch(name))
+    table = f"mcp_servers.{MEMORY_SERVER_NAME}"
+    overrides = {
+        "command": json.dumps(command),
+        "args": json.dumps(arguments),
+        "env_vars": json.dumps(names),
+        "default_tools_approval_mode": '"approve"',
+        "startup_timeout_sec": str(int(settings.WORKER_MEMORY_MCP_STARTUP_SECONDS)),
+    }
+    grace_ms = int(settings.WORKER_MEMORY_MCP_STARTUP_SECONDS * 1000)
+    args = [part for key, value in overrides.items() for part in ("-c", f"{table}.{key}={value}")]
+    return [*args, "-c", f"mcp_optional_startup_grace_ms={grace_ms}"]
 
 
 # Restore outcomes after which the local files are the stored record's state.
@@ -348,10 +400,13 @@ class CodexExecutor:
     def resumes(self, request: ExecutionRequest) -> bool:
         return bool(request.thread_id) and (request.turn > 1 or request.is_resume)
 
-    def command_line(self, request: ExecutionRequest, *, workdir: Path) -> list[str]:
+    def command_line(
+        self, request: ExecutionRequest, *, workdir: Path, env: dict[str, str] | None = None
+    ) -> list[str]:
         args = [
             settings.WORKER_CODEX_BINARY,
             "exec",
+            *memory_server_config(env or {}),
             "--json",
             "--skip-git-repo-check",
             "-C",
@@ -373,7 +428,8 @@ class CodexExecutor:
 
     def execute(self, request: ExecutionRequest, *, control: ExecutionControl) -> ExecutionResult:
         workdir = self.workdir(request)
-        args = self.command_line(request, workdir=workdir)
+        env = {**os.environ, **memory_tool_env(request)}
+        args = self.command_line(request, workdir=workdir, env=env)
         timeout = settings.WORKER_CODEX_TIMEOUT_SECONDS
         resumes = self.resumes(request)
         restored = ""
@@ -391,7 +447,7 @@ class CodexExecutor:
             return ExecutionResult.failed(behind, thread_id=request.thread_id)
         stream = CodexStream()
         try:
-            process = spawn_agent(args, cwd=workdir, env=dict(os.environ))
+            process = spawn_agent(args, cwd=workdir, env=env)
         except OSError as exc:
             return ExecutionResult.failed(f"could not start codex ({args[0]}): {exc}")
         control.attach(process)

@@ -11,6 +11,7 @@ from worker.executors.base import (
     ExecutionRequest,
     ExecutionResult,
     kill_process_group,
+    memory_tool_env,
     spawn_agent,
     stderr_tail,
 )
@@ -20,7 +21,9 @@ class CommandExecutor:
     """Runs `settings.WORKER_COMMAND` (split with shlex, no shell) once per turn.
 
     The child gets the text to run on stdin and the task's coordinates in its environment
-    (`CONTROLPLANE_TASK_ID`, `_TURN`, `_IS_RESUME`, `_THREAD_ID`). Exit status 0: completed,
+    (`CONTROLPLANE_TASK_ID`, `_TURN`, `_IS_RESUME`, `_THREAD_ID`) and the turn's memory tools
+    (`CONTROLPLANE_MEMORY_TOKEN`, `CONTROLPLANE_MEMORY_MCP_COMMAND`: docs/memory-tools.md).
+    Exit status 0: completed,
     stdout (trailing new lines removed) is the result. Non-zero exit: failed, with the tail
     of stderr as the reason. Past `WORKER_COMMAND_TIMEOUT_SECONDS` the process group is killed
     and the turn fails.
@@ -39,6 +42,7 @@ class CommandExecutor:
             "CONTROLPLANE_TASK_TURN": str(request.turn),
             "CONTROLPLANE_TASK_IS_RESUME": "1" if request.is_resume else "0",
             "CONTROLPLANE_TASK_THREAD_ID": request.thread_id,
+            **memory_tool_env(request),
         }
         try:
             process = spawn_agent(shlex.split(command_line), env=env)

@@ -88,9 +88,10 @@ def external_context_seen(candidate: Candidate) -> str | None:
 
 
 def internal_mcp_servers(prefs: AutoMemorySettings) -> set[str]:
-    """The MCP servers whose calls the user counts as internal (not external context)."""
+    """The MCP servers whose calls count as internal (not external context): the memory
+    tools' own server, and those the user lists."""
     listed = prefs.internal_mcp_servers if isinstance(prefs.internal_mcp_servers, list) else []
-    return {name for name in listed if isinstance(name, str)}
+    return {conf.MEMORY_SERVER_NAME, *(name for name in listed if isinstance(name, str))}
 
 
 def _described(event: ExternalEvent) -> str:

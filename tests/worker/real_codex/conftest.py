@@ -100,4 +100,7 @@ default_tools_approval_mode = "approve"
     settings.WORKER_CODEX_PRICES = PRICES
     settings.WORKER_CODEX_RESUME_USAGE = "cumulative"
     settings.WORKER_CODEX_TIMEOUT_SECONDS = 60
+    # The memory tools' server (a Django process of its own) only where a test asks for it:
+    # test_real_codex_memory_tools.py.
+    settings.WORKER_MEMORY_TOOLS = False
     return CodexSetup(home=home, mcp_log=mcp_log, server=model_server)
