@@ -114,7 +114,10 @@ def test_the_import_graph_has_no_circle(graph):
 
 @pytest.mark.parametrize("leaf", sorted(LEAVES))
 def test_ground_floor_modules_import_nothing_above_them(graph, leaf):
-    assert graph[leaf] <= LEAVES[leaf]
+    # A leaf that is a package (controlplane.models) counts with its own modules.
+    inside = {module for module in graph if module.startswith(f"{leaf}.")}
+    imported = set(graph[leaf]).union(*(graph[module] for module in inside))
+    assert imported - inside - {leaf} <= LEAVES[leaf]
 
 
 def test_no_service_module_outgrows_one_job():

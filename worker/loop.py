@@ -4,10 +4,11 @@ A round: recover stale tasks, then claim and run tasks (at most `round_max_tasks
 queue is empty or a stop is asked). The loop holds no business rules: claiming, quota,
 finishing, recovery and the memory sweep are services.
 
-Two background threads run beside the rounds, each on its own database connection: stale
-task recovery (every heartbeat interval, whatever the worker is doing) and the memory
-sweeper (every `AUTOMEMORY_SWEEP_INTERVAL_SECONDS`: the extraction sweep and the retention
-pass, under a lease, so one worker of many sweeps; the others spend one statement a try).
+Two background threads (`worker/threads.py`) run beside the rounds, each on its own
+database connection: stale task recovery (every heartbeat interval, whatever the worker is
+doing) and the memory sweeper (every `AUTOMEMORY_SWEEP_INTERVAL_SECONDS`: the extraction
+sweep and the retention pass, under a lease, so one worker of many sweeps; the others spend
+one statement a try).
 No round waits for a memory model. `role` chooses what a process does: `all` (tasks and the
 sweeper), `tasks`, or `sweeper`. Every line logged while the worker runs carries its id,
 and the task's id while it handles one (`controlplane.logging.log_context`).
@@ -22,13 +23,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from automemory import conf as automemory_conf
@@ -36,12 +35,13 @@ from automemory.services import feedback, injector
 from automemory.services.extraction.sweep import GlobalSweeper
 from automemory.services.injector import InjectionPreferences
 from controlplane import selectors
-from controlplane.logging import context_thread, log_context
+from controlplane.logging import log_context
 from controlplane.models import Task
 from worker import faults, metrics, services
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
 from worker.executors.base import TokenUsage
 from worker.session_records import SessionKeeper
+from worker.threads import Heartbeat, StaleTaskRecovery, SweeperThread
 
 logger = logging.getLogger(__name__)
 
@@ -73,170 +73,6 @@ class RoundReport:
     @property
     def did_work(self) -> bool:
         return bool(self.runs or self.recovered)
-
-
-class Heartbeat:
-    """Refreshes a task's heartbeat from its own thread (and its own DB connection).
-
-    If the task is no longer ours (it was recovered after a stall), the running execution
-    is cancelled: someone else owns the task now. Every `progress_seconds` (0: never) it logs
-    that the task is still running, so a long turn shows in the logs before it ends.
-    """
-
-    def __init__(
-        self,
-        *,
-        task_id: int,
-        worker_id: str,
-        interval: float,
-        control: ExecutionControl,
-        progress_seconds: float = 0,
-        turn: int | None = None,
-        claimed_at: datetime | None = None,
-    ) -> None:
-        self.task_id = task_id
-        self.worker_id = worker_id
-        self.claimed_at = claimed_at
-        self.interval = interval
-        self.control = control
-        self.progress_seconds = progress_seconds
-        self.turn = turn
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread = context_thread(target=self._run, name=f"heartbeat-task-{task_id}")
-
-    def __enter__(self) -> Heartbeat:
-        if self.interval > 0:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _run(self) -> None:
-        started = last_progress = time.monotonic()
-        outage = faults.Outage(f"heartbeat of task {self.task_id}", logger=logger)
-        try:
-            while not self._stop.wait(self.interval):
-                now = time.monotonic()
-                if self.progress_seconds > 0 and now - last_progress >= self.progress_seconds:
-                    last_progress = now
-                    logger.info(
-                        "task %s turn %s still running after %.0fs",
-                        self.task_id,
-                        self.turn,
-                        now - started,
-                    )
-                faults.refresh_connections()  # a broken connection is replaced
-                try:
-                    owned = services.task_heartbeat(
-                        task_id=self.task_id, worker_id=self.worker_id, claimed_at=self.claimed_at
-                    )
-                except Exception as exc:
-                    outage.failed(exc)
-                    continue
-                outage.ok()
-                if not owned:
-                    logger.warning(
-                        "task %s is no longer held by %s; stopping its execution",
-                        self.task_id,
-                        self.worker_id,
-                    )
-                    self.lost = True
-                    self.control.cancel()
-                    return
-        finally:
-            connection.close()  # this thread's own connection
-
-
-class StaleTaskRecovery:
-    """Re-queues stale tasks (any worker's) every `interval` from its own thread and connection.
-
-    It runs for the worker's whole life, so the task of a dead worker is found within
-    `WORKER_STALE_AFTER_SECONDS` + one interval even while every live worker is busy in a long
-    turn or an end-of-round sweep. Several workers recovering at once is safe: each task is
-    taken back by a conditional update. Each pass also refreshes the worker's `last_seen_at`.
-    """
-
-    def __init__(self, *, worker: Worker, interval: float) -> None:
-        self.worker = worker
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = context_thread(target=self._run, name=f"recovery-{worker.worker_id}")
-
-    def start(self) -> None:
-        if self.interval > 0:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _run(self) -> None:
-        outage = faults.Outage("stale task recovery", logger=logger)
-        try:
-            while not self._stop.wait(self.interval):
-                faults.refresh_connections()  # a broken or expired connection is replaced
-                try:
-                    self.worker.recover_stale()  # logs each task it re-queues
-                    services.worker_seen(worker_id=self.worker.worker_id)
-                except Exception as exc:
-                    outage.failed(exc)
-                    continue
-                outage.ok()
-        finally:
-            connection.close()  # this thread's own connection
-
-
-class SweeperThread:
-    """Runs the memory sweeper's turns (`GlobalSweeper.run`) every `interval` from its own
-    thread and connection, for the worker's whole life; a failed turn is logged and the
-    next one tried. On stop it asks a running sweep to leave its remaining tasks, waits a
-    little for it, and lets go of the lease."""
-
-    def __init__(self, *, sweeper, interval: float, join_seconds: float = 30.0) -> None:
-        self.sweeper = sweeper
-        self.interval = interval
-        self.join_seconds = join_seconds
-        self._stop = threading.Event()
-        self._thread = context_thread(target=self._run, name="memory-sweeper")
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self.sweeper.stop()
-        if self._thread.is_alive():
-            self._thread.join(self.join_seconds)
-        if self._thread.is_alive():
-            logger.warning("memory sweep still running after %.0fs; leaving it", self.join_seconds)
-            return
-        try:
-            self.sweeper.release()
-        except Exception:
-            logger.warning("could not release the sweep lease; it expires", exc_info=True)
-
-    def _run(self) -> None:
-        outage = faults.Outage("memory sweep", logger=logger)
-        try:
-            while not self._stop.is_set():
-                faults.refresh_connections()  # a broken or expired connection is replaced
-                try:
-                    self.sweeper.run()  # logs what it did
-                except Exception as exc:
-                    if faults.is_connection_error(exc):
-                        outage.failed(exc, retrying="retrying after the interval")
-                    else:
-                        logger.exception("memory sweep failed; retrying after the interval")
-                else:
-                    outage.ok()
-                self._stop.wait(self.interval)
-        finally:
-            connection.close()  # this thread's own connection
 
 
 class Worker:

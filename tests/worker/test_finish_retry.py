@@ -14,8 +14,8 @@ from controlplane import selectors
 from controlplane.models import TaskStatus, UsageRecord
 from tests.worker.conftest import SpyExecutor
 from worker import faults, services
-from worker.loop import Heartbeat
 from worker.models import TaskRun
+from worker.threads import Heartbeat
 
 CUT = "server closed the connection unexpectedly"
 

@@ -1,0 +1,39 @@
+"""The host control plane's models: projects, memberships, tasks, messages, quotas, usage,
+memories, audit, tokens. One module per subject; every model is importable from here."""
+
+from controlplane.models.audit import (  # noqa: F401
+    AuditEvent,
+)
+from controlplane.models.memories import (  # noqa: F401
+    IdentityMemory,
+    MemoryScope,
+    MemorySource,
+    MemorySourceTask,
+    MemoryStatus,
+    MemoryVisibility,
+    memory_last_used,
+)
+from controlplane.models.projects import (  # noqa: F401
+    CREATE_TASK_ROLES,
+    Membership,
+    Project,
+    Role,
+)
+from controlplane.models.tasks import (  # noqa: F401
+    TERMINAL_STATUSES,
+    Task,
+    TaskEvent,
+    TaskFollowup,
+    TaskKind,
+    TaskStatus,
+)
+from controlplane.models.tokens import (  # noqa: F401
+    ApiToken,
+)
+from controlplane.models.usage import (  # noqa: F401
+    USAGE_TOKEN_FIELDS,
+    MonthlySpend,
+    Quota,
+    UsageKind,
+    UsageRecord,
+)

@@ -1,0 +1,256 @@
+"""Identity memories (user- and project-level) and the tasks they came from."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from controlplane.models.projects import Project
+from controlplane.models.tasks import Task
+
+
+class MemoryScope(models.TextChoices):
+    USER = "user", "User"
+    PROJECT = "project", "Project"
+
+
+class MemorySource(models.TextChoices):
+    MANUAL = "manual", "Manual"
+    AUTO = "auto", "Auto"
+
+
+class MemoryVisibility(models.TextChoices):
+    # Every member of the project sees it (the default for every memory).
+    PROJECT = "project", "The project"
+    # Only its author (`created_by`) sees it, gets it injected or finds it, until they share
+    # it: an auto memory drawn from a task that received its user's private memories.
+    AUTHOR = "author", "Its author only"
+
+
+class MemoryStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    SUPERSEDED = "superseded", "Superseded"
+    # Retired by the retention rule (unused for too long); visible and restorable.
+    ARCHIVED = "archived", "Archived"
+
+
+def memory_last_used():
+    """When a memory was last used: cited by a task, or written (created, edited, merged
+    into, restored). Being injected is not use: a memory put in front of many tasks that no
+    task cites ages like one never injected. The age the retention rule reads; its index
+    (`memory_auto_retention_idx`) needs the query to use this very expression."""
+    return Greatest(F("updated_at"), Coalesce(F("last_cited_at"), F("updated_at")))
+
+
+class IdentityMemory(models.Model):
+    """A remembered fact about a user (scope user) or a project (scope project).
+
+    User-level memories are written only by hand. Auto memories are project-level, come from
+    one task each (`source_task`, exposed as `source_thread_id`) and carry `goal_key`, the
+    hash of their normalised goal line, so that one goal keeps one active memory.
+    """
+
+    scope = models.CharField(max_length=16, choices=MemoryScope.choices)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="identity_memories",
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="memories"
+    )
+    content = models.TextField()
+    source = models.CharField(
+        max_length=16, choices=MemorySource.choices, default=MemorySource.MANUAL
+    )
+    source_task = models.ForeignKey(
+        Task,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="auto_memories",
+        db_column="source_thread_id",
+    )
+    goal_key = models.CharField(max_length=64, blank=True, default="")
+    # When the source task finished: the later finish wins when two tasks share a goal.
+    source_finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=MemoryStatus.choices, default=MemoryStatus.ACTIVE
+    )
+    visibility = models.CharField(
+        max_length=16, choices=MemoryVisibility.choices, default=MemoryVisibility.PROJECT
+    )
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="created_memories",
+    )
+    # Search words a model gave with the memory (model-based extraction); may be empty.
+    keywords = models.JSONField(default=list, blank=True)
+    # Usage: how many tasks the memory was injected into, and when last; how many tasks cited
+    # it as used (a `Memories used:` line, or the memory tool's cite), and when last; how
+    # many reports said it misled (`wrong`, `outdated`, `unsafe`), and when last.
+    injection_count = models.PositiveIntegerField(default=0)
+    last_injected_at = models.DateTimeField(null=True, blank=True)
+    cite_count = models.PositiveIntegerField(default=0)
+    last_cited_at = models.DateTimeField(null=True, blank=True)
+    report_count = models.PositiveIntegerField(default=0)
+    last_reported_at = models.DateTimeField(null=True, blank=True)
+    # Set by a report: the memory is held out of injection and search until a project owner
+    # reviews it (approves it, edits it or deletes it).
+    report_hold_at = models.DateTimeField(null=True, blank=True)
+    # Content that reads like instructions to the agent ("ignore previous instructions",
+    # role tags...). A flagged memory is injected only once a project owner approved it (an
+    # owner's own text is approved by its author when written).
+    instruction_flags = models.JSONField(default=list, blank=True)
+    flagged = models.BooleanField(default=False)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approved_memories",
+    )
+    # When the retention rule archived the memory (status `archived`); cleared on restore.
+    archived_at = models.DateTimeField(null=True, blank=True)
+    # Every task whose knowledge is in this memory (the first is `source_task`; a
+    # consolidation that merges a task into the memory adds it). A task feeds one memory.
+    source_tasks = models.ManyToManyField(
+        Task, through="MemorySourceTask", related_name="sourced_memories", blank=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "identity_memories"
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "identity memories"
+        indexes = [
+            # Injection: newest active memories of a user / of a project.
+            models.Index(
+                fields=["user", "-created_at", "-id"],
+                name="memory_user_active_idx",
+                condition=Q(scope="user", status="active"),
+            ),
+            models.Index(
+                fields=["project", "-created_at", "-id"],
+                name="memory_project_active_idx",
+                condition=Q(scope="project", status="active"),
+            ),
+            # The console's list of a project's memories: every status, newest first.
+            models.Index(
+                fields=["project", "-created_at", "-id"], name="memory_project_created_idx"
+            ),
+            # Retention: a user's active auto memories (`created_by` is the source task's
+            # user) by when they were last used, so a pass reads only the stale ones.
+            models.Index(
+                F("created_by"),
+                memory_last_used(),
+                name="memory_auto_retention_idx",
+                condition=Q(source="auto", status="active"),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(scope="user", user__isnull=False, project__isnull=True)
+                    | Q(scope="project", project__isnull=False)
+                ),
+                name="memory_scope_owner",
+            ),
+            # Auto extraction never writes user-level memories.
+            models.CheckConstraint(
+                condition=~Q(source="auto") | Q(scope="project", source_task__isnull=False),
+                name="memory_auto_is_project_level",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in MemoryStatus]),
+                name="memory_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="archived", archived_at__isnull=False)
+                | (~Q(status="archived") & Q(archived_at__isnull=True)),
+                name="memory_archived_has_time",
+            ),
+            models.CheckConstraint(
+                condition=Q(approved_at__isnull=True) | Q(flagged=True),
+                name="memory_approval_needs_flag",
+            ),
+            # One auto memory per source task.
+            models.UniqueConstraint(
+                fields=["source_task"],
+                condition=Q(source="auto"),
+                name="memory_one_auto_per_task",
+            ),
+            # At most one active auto memory per (project, goal) that the project sees, and
+            # one per (project, goal, author) held for its author.
+            models.UniqueConstraint(
+                fields=["project", "goal_key"],
+                condition=Q(source="auto", status="active", visibility="project"),
+                name="memory_one_active_auto_per_goal",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "goal_key", "created_by"],
+                condition=Q(source="auto", status="active", visibility="author"),
+                name="memory_one_active_held_auto_per_goal",
+            ),
+            models.CheckConstraint(
+                condition=Q(visibility__in=[v.value for v in MemoryVisibility]),
+                name="memory_visibility_valid",
+            ),
+            # Only a project memory can be held for its author.
+            models.CheckConstraint(
+                condition=Q(visibility="project") | Q(scope="project"),
+                name="memory_author_only_is_project_level",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope} memory {self.pk}"
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """A flagged memory no owner has approved yet: it is not injected."""
+        return self.flagged and self.approved_at is None
+
+    @property
+    def held_for_review(self) -> bool:
+        """Held out of injection and search until a project owner reviews it: flagged and not
+        approved, or reported."""
+        return self.awaiting_approval or self.report_hold_at is not None
+
+
+class MemorySourceTask(models.Model):
+    """A task whose knowledge went into a memory (provenance: memory -> tasks).
+
+    Unique per task: a task goes into at most one memory, whether it made a new one or was
+    merged into an existing one by consolidation.
+    """
+
+    memory = models.ForeignKey(
+        IdentityMemory, on_delete=models.CASCADE, related_name="source_links"
+    )
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="memory_links")
+    # How the task got in: it made the memory, or it was merged into it.
+    merged = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "identity_memory_source_tasks"
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["task"], name="memory_source_one_memory_per_task"),
+        ]
+        indexes = [models.Index(fields=["memory", "created_at"], name="memory_source_memory_idx")]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} -> memory {self.memory_id}"
