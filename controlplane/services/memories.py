@@ -72,18 +72,15 @@ def _approve_by_author(*, user, memory: IdentityMemory) -> bool:
     return True
 
 
-def _audit_approved_by_author(*, user, memory: IdentityMemory) -> None:
+def _audit_approved(
+    *, user, memory: IdentityMemory, by_author: bool = False, report_hold_released: bool = False
+) -> None:
+    data = {"project_id": memory.project_id, "instruction_flags": memory.instruction_flags}
+    if by_author:
+        data["by_author"] = True
+    data["report_hold_released"] = report_hold_released
     audit_record(
-        action="memory_approved",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "project_id": memory.project_id,
-            "instruction_flags": memory.instruction_flags,
-            "by_author": True,
-            "report_hold_released": False,
-        },
+        action="memory_approved", actor=user, target_type="memory", target_id=memory.pk, data=data
     )
 
 
@@ -122,7 +119,7 @@ def memory_create(*, user, content: str, project: Project | None = None) -> Iden
         },
     )
     if by_author:
-        _audit_approved_by_author(user=user, memory=memory)
+        _audit_approved(user=user, memory=memory, by_author=True)
     return memory
 
 
@@ -193,7 +190,7 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
         },
     )
     if by_author:
-        _audit_approved_by_author(user=user, memory=memory)
+        _audit_approved(user=user, memory=memory, by_author=True)
     return memory
 
 
@@ -225,17 +222,7 @@ def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
         memory.report_hold_at = None
         fields.append("report_hold_at")
     memory.save(update_fields=fields)
-    audit_record(
-        action="memory_approved",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "project_id": memory.project_id,
-            "instruction_flags": memory.instruction_flags,
-            "report_hold_released": reported_at is not None,
-        },
-    )
+    _audit_approved(user=user, memory=memory, report_hold_released=reported_at is not None)
     return memory
 
 
