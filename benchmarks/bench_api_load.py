@@ -10,8 +10,10 @@ Two phases against one throwaway database seeded with a project of 350 memories:
    settings get 30%.
 
 Each prints, per endpoint, requests per second, p50/p95/p99 latency in milliseconds and the
-errors (any status other than the expected one, or a failed connection), then the resident
-memory of every server process. Throttling is off (API_THROTTLE_USER empty), as a load test
+errors (any status other than the expected one, or a failed connection), and the CPU
+milliseconds each request cost the server (gunicorn and the worker), the local database and the
+clients: on a shared machine req/s moves with the neighbours, CPU per request much less. Then
+the resident memory of every server process. Throttling is off (API_THROTTLE_USER empty), as a load test
 of one user would otherwise measure the throttle.
 
     .venv/bin/python benchmarks/bench_api_load.py --postgres postgres://postgres@127.0.0.1/postgres
@@ -33,6 +35,7 @@ import multiprocessing
 import os
 import random
 import re
+import resource
 import signal
 import socket
 import statistics
@@ -84,6 +87,11 @@ def seed() -> dict:
         text = " ".join(rng.choice(words) for _ in range(rng.randint(40, 110)))
         memory_create(user=user, project=project, content=f"Memory {i}: {text}.")
     task = Task.objects.create(project=project, user=user, prompt="Fix the login bug")
+    from django.db import connection
+
+    if connection.vendor == "postgresql":  # the statistics autovacuum keeps in a running system
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
     return {
         "token": token_create(user=user, name="load").key,
         "project": project.pk,
@@ -134,8 +142,8 @@ def servers_start(env: dict, port: int, *, worker: bool, work: Path) -> list[sub
     raise SystemExit(f"gunicorn did not answer:\n{(work / 'server.log').read_text()}")
 
 
-def process_tree_rss(processes: list[subprocess.Popen]) -> list[tuple[str, int]]:
-    """(name, RSS in KiB) of each server process and its children (gunicorn's workers)."""
+def _server_pids(processes: list[subprocess.Popen]) -> list[tuple[str, int]]:
+    """(name, pid) of each server process and its children (gunicorn's workers)."""
     pids = []
     for process in processes:
         pids.append(process.pid)
@@ -149,15 +157,87 @@ def process_tree_rss(processes: list[subprocess.Popen]) -> list[tuple[str, int]]
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
         name = "run_worker" if b"run_worker" in cmdline else "gunicorn"
         parent = int(
             next(line.split()[1] for line in status.splitlines() if line.startswith("PPid"))
         )
         if name == "gunicorn":
             name += " master" if parent == os.getpid() else " worker"
+        rows.append((name, pid))
+    return rows
+
+
+def process_tree_rss(processes: list[subprocess.Popen]) -> list[tuple[str, int]]:
+    """(name, RSS in KiB) of each server process and its children (gunicorn's workers)."""
+    rows = []
+    for name, pid in _server_pids(processes):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
         rows.append((f"{name} (pid {pid})", rss))
     return rows
+
+
+# --- Where the CPU goes -----------------------------------------------------------------------
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _database_pids() -> list[int]:
+    """The local PostgreSQL server's processes (its backends included), if any are visible."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+class CpuMeter:
+    """CPU spent during a phase by the server (gunicorn's processes and the worker), the local
+    database, and the load clients: machine-independent cost per request, where req/s on a
+    shared 2-core machine is not."""
+
+    def __init__(self, processes: list[subprocess.Popen]) -> None:
+        self.server = [pid for name, pid in _server_pids(processes)]
+
+    def __enter__(self) -> CpuMeter:
+        self.database = _database_pids()
+        self.start = self._sample()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.spent = {key: value - self.start[key] for key, value in self._sample().items()}
+
+    def _sample(self) -> dict[str, float]:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return {
+            "server": sum(map(_cpu_seconds, self.server)),
+            "database": sum(map(_cpu_seconds, self.database)),
+            "clients": children.ru_utime + children.ru_stime,
+        }
+
+    def report(self, requests: int) -> None:
+        per = {key: value * 1000 / max(requests, 1) for key, value in self.spent.items()}
+        print(
+            "  CPU ms per request: "
+            + ", ".join(f"{key} {value:.2f}" for key, value in per.items())
+            + f", all {sum(per.values()):.2f}"
+        )
 
 
 # --- The clients ----------------------------------------------------------------------------
@@ -260,10 +340,14 @@ def main() -> None:
             warm = (("memory list", 1), ("task get", 1))
             drive(port, seeded, warm, args.clients, 3)
             for name in READS:
-                by_name = drive(port, seeded, ((name, 1),), args.clients, args.phase_seconds)
+                with CpuMeter(processes) as cpu:
+                    by_name = drive(port, seeded, ((name, 1),), args.clients, args.phase_seconds)
                 report(f"{name} alone, {args.phase_seconds:g} s:", by_name, args.phase_seconds)
-            by_name = drive(port, seeded, MIX, args.clients, args.seconds)
+                cpu.report(len(by_name[name]))
+            with CpuMeter(processes) as cpu:
+                by_name = drive(port, seeded, MIX, args.clients, args.seconds)
             report(f"mix, {args.seconds:g} s:", by_name, args.seconds)
+            cpu.report(sum(map(len, by_name.values())))
             print("resident memory at the end:")
             for name, rss in process_tree_rss(processes):
                 print(f"  {name:<32} {rss / 1024:>6.0f} MiB")

@@ -117,6 +117,17 @@ def object_id_parse(value) -> int | None:
     return number if 0 < number < 2**63 else None
 
 
+def _by_pk(queryset: QuerySet, pk: int | None):
+    """The row with this primary key, or None (also for None): by `get()`, which needs no
+    ORDER BY, as these lookups run on every request."""
+    if pk is None:
+        return None
+    try:
+        return queryset.get(pk=pk)
+    except queryset.model.DoesNotExist:
+        return None
+
+
 def _with_role(queryset: QuerySet, *, user, project_field: str) -> QuerySet:
     """`queryset` annotated with `access_role`, the user's role in the row's project (None for
     a non-member): the object and the access check in one query."""
@@ -129,8 +140,8 @@ def _with_role(queryset: QuerySet, *, user, project_field: str) -> QuerySet:
 def project_get_for(*, user, project_id, action: str = READ) -> Project:
     """The project if the user may perform `action` on it; 404 for non-members, 403 else."""
     pk = object_id_parse(project_id)
-    projects = _with_role(Project.objects.filter(pk=pk), user=user, project_field="pk")
-    project = projects.first() if pk else None
+    projects = _with_role(Project.objects.all(), user=user, project_field="pk")
+    project = _by_pk(projects, pk)
     _check(project.access_role if project else None, action, "Project")
     return project
 
@@ -138,8 +149,8 @@ def project_get_for(*, user, project_id, action: str = READ) -> Project:
 def task_get_for(*, user, task_id, action: str = READ) -> Task:
     """The task if the user may perform `action` on its project; 404 for non-members, 403 else."""
     pk = object_id_parse(task_id)
-    tasks = Task.objects.select_related("project").filter(pk=pk)
-    task = _with_role(tasks, user=user, project_field="project_id").first() if pk else None
+    tasks = Task.objects.select_related("project")
+    task = _by_pk(_with_role(tasks, user=user, project_field="project_id"), pk)
     _check(task.access_role if task else None, action, "Task")
     if action == CONTINUE_TASK and task.user_id != user.pk:
         raise PermissionDenied(
@@ -162,7 +173,7 @@ def memory_allows(memory: IdentityMemory, *, user, role: str | None, action: str
 
 def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
     pk = object_id_parse(memory_id)
-    memory = IdentityMemory.objects.filter(pk=pk).first() if pk else None
+    memory = _by_pk(IdentityMemory.objects.all(), pk)
     if memory is None:
         raise NotFound("Memory not found.")
     if memory.scope == MemoryScope.USER:

@@ -1,6 +1,8 @@
 """Reads for the API, always scoped through controlplane.access."""
 
-from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum
+import json
+
+from django.db.models import Count, F, JSONField, OuterRef, QuerySet, Subquery, Sum
 
 from controlplane.access import project_memories_visible_to, projects_visible_to, tasks_visible_to
 from controlplane.models import (
@@ -78,15 +80,46 @@ def _memory_filter(
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
-    # Only the columns the API shows, the authors' names beside them (no user rows built);
-    # the page's sources come from `memory_sources_attach`, once the page is cut.
+    # Only the columns the API shows, with the authors' names and the source tasks beside them
+    # (no user or link rows built): a page of any size is one statement.
     return (
         memories.only(*MEMORY_LIST_COLUMNS)
         .annotate(
-            created_by_name=F("created_by__username"), approved_by_name=F("approved_by__username")
+            created_by_name=F("created_by__username"),
+            approved_by_name=F("approved_by__username"),
+            source_task_ids=SourceTaskIds(),
         )
         .order_by("-created_at", "-id")
     )
+
+
+class SourceTaskIds(Subquery):
+    """The ids of a memory's source tasks, in the order they went in (created_at, id), read in
+    the memory's own row: `ARRAY(...)` on PostgreSQL, `json_group_array` over the ordered
+    subquery on SQLite. Always a list, empty for a memory without sources."""
+
+    def __init__(self) -> None:
+        links = MemorySourceTask.objects.filter(memory_id=OuterRef("pk")).order_by(
+            "created_at", "id"
+        )
+        super().__init__(links.values(source_task_id=F("task_id")), output_field=JSONField())
+
+    def as_sql(self, compiler, connection, template=None, **extra_context):
+        sql, params = super().as_sql(compiler, connection, **extra_context)
+        return f"(SELECT json_group_array(source_task_id) FROM {sql})", params
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        sql, params = super().as_sql(compiler, connection, **extra_context)
+        return f"ARRAY{sql}", params
+
+    def get_db_converters(self, connection):
+        return [_id_list]
+
+
+def _id_list(value, expression, connection) -> list[int]:
+    if value is None:
+        return []
+    return json.loads(value) if isinstance(value, str) else list(value)
 
 
 MEMORY_LIST_COLUMNS = (
@@ -114,22 +147,6 @@ MEMORY_LIST_COLUMNS = (
     "approved_by",
     "archived_at",
 )
-
-
-def memory_sources_attach(memories: list[IdentityMemory]) -> list[IdentityMemory]:
-    """Set `source_task_ids` on each memory of a page (the tasks whose knowledge is in it, in
-    the order they went in): one query for the page, whatever its size."""
-    by_memory: dict[int, list[int]] = {memory.pk: [] for memory in memories}
-    links = (
-        MemorySourceTask.objects.filter(memory_id__in=list(by_memory))
-        .order_by("memory_id", "created_at", "id")
-        .values_list("memory_id", "task_id")
-    )
-    for memory_id, task_id in links if by_memory else ():
-        by_memory[memory_id].append(task_id)
-    for memory in memories:
-        memory.source_task_ids = by_memory[memory.pk]
-    return memories
 
 
 def memory_list_for_user(

@@ -37,8 +37,10 @@ SETTINGS_FIELDS = (
 
 def settings_get(*, user_id: int) -> AutoMemorySettings:
     """The user's settings; an unsaved row with the defaults when they never changed any."""
-    found = AutoMemorySettings.objects.filter(user_id=user_id).first()
-    return found if found is not None else AutoMemorySettings(user_id=user_id)
+    try:
+        return AutoMemorySettings.objects.get(user_id=user_id)
+    except AutoMemorySettings.DoesNotExist:
+        return AutoMemorySettings(user_id=user_id)
 
 
 @transaction.atomic
@@ -74,8 +76,10 @@ def settings_update(*, user, changes: dict[str, Any], actor=None) -> AutoMemoryS
 
 def flags_get(*, task_id: int) -> TaskAutoMemoryFlags:
     """The task's flags; an unsaved row of NULLs (follow the user) when none were set."""
-    found = TaskAutoMemoryFlags.objects.filter(task_id=task_id).first()
-    return found if found is not None else TaskAutoMemoryFlags(task_id=task_id)
+    try:
+        return TaskAutoMemoryFlags.objects.get(task_id=task_id)
+    except TaskAutoMemoryFlags.DoesNotExist:
+        return TaskAutoMemoryFlags(task_id=task_id)
 
 
 @transaction.atomic

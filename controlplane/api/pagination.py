@@ -3,9 +3,15 @@
 Both parameters are validated: a page or page size that is not a positive integer, a page
 size above the maximum and a page past the last one are a 400 with a message per parameter
 (never a silent fallback, never a 404 for a list that exists).
+
+A page of a queryset is one query: the rows, each carrying the list's total from a scalar
+subquery the database evaluates once (`page_with_total`), so the count and the rows agree and
+a page costs one round trip, not two. Only a page past the end counts again, to name the last
+page.
 """
 
-from django.core.paginator import InvalidPage
+from django.core.paginator import InvalidPage, Page, Paginator
+from django.db.models import Func, IntegerField, QuerySet, Subquery
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
@@ -37,7 +43,10 @@ class Pagination(PageNumberPagination):
         number = checked.validated_data.get("page", 1)
         paginator = self.django_paginator_class(queryset, page_size)
         try:
-            self.page = paginator.page(number)
+            if isinstance(queryset, QuerySet) and counted_in_one_query(queryset):
+                self.page = page_with_total(paginator, number)
+            else:
+                self.page = paginator.page(number)
         except InvalidPage as error:
             last = paginator.num_pages
             raise serializers.ValidationError(
@@ -47,11 +56,46 @@ class Pagination(PageNumberPagination):
         return list(self.page)
 
 
-def paginated_response(request, view, queryset, serializer_class, prepare=None) -> Response:
-    """One page of `queryset`, serialized; `prepare(page)` (a selector's) may first load what
-    the page's rows need in one query."""
+TOTAL = "pagination_total"
+
+
+def counted_in_one_query(queryset: QuerySet) -> bool:
+    """Whether COUNT over the queryset's rows is its length: not for a grouped or distinct one
+    (those count apart, as Django's paginator does)."""
+    query = queryset.query
+    return not (query.group_by or query.distinct or query.combinator or query.is_sliced)
+
+
+def page_with_total(paginator: Paginator, number: int) -> Page:
+    """Page `number` of the paginator's queryset and the list's total, in one query.
+
+    The total is an uncorrelated scalar subquery beside the rows (evaluated once, not per
+    row); the rows keep their LIMIT/OFFSET plan. `InvalidPage` for a page past the last.
+    """
+    queryset = paginator.object_list
+    total = (
+        queryset.order_by()
+        .annotate(**{TOTAL: Func("pk", function="COUNT", output_field=IntegerField())})
+        .values(TOTAL)
+    )
+    bottom = (number - 1) * paginator.per_page
+    rows = []
+    if bottom + paginator.per_page < 2**63:  # an OFFSET the databases can take
+        page = queryset.annotate(**{TOTAL: Subquery(total)})
+        rows = list(page[bottom : bottom + paginator.per_page])
+    if rows:
+        paginator.count = getattr(rows[0], TOTAL)
+    elif number == 1:
+        paginator.count = 0
+    else:
+        paginator.count = queryset.count()
+    if number > 1 and not rows:
+        paginator.validate_number(number)  # raises EmptyPage, naming the last page
+    return Page(rows, number, paginator)
+
+
+def paginated_response(request, view, queryset, serializer_class) -> Response:
+    """One page of `queryset`, serialized."""
     paginator = Pagination()
     page = paginator.paginate_queryset(queryset, request, view=view)
-    if prepare is not None:
-        page = prepare(page)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)

@@ -368,7 +368,7 @@ class MemoryOutput(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_source_task_ids(self, memory: IdentityMemory) -> list[int]:
-        # Lists set them for a whole page (selectors.memory_sources_attach); else ordered by the
+        # Lists read them in each memory's row (selectors.SourceTaskIds); else ordered by the
         # link's Meta (created_at, id).
         ids = getattr(memory, "source_task_ids", None)
         return ids if ids is not None else [link.task_id for link in memory.source_links.all()]

@@ -257,9 +257,7 @@ class MyMemoriesView(APIView):
     def get(self, request: Request) -> Response:
         filters = validated(s.MemoryFilterInput, request.query_params)
         memories = selectors.memory_list_for_user(user=request.user, **filters)
-        return paginated_response(
-            request, self, memories, s.MemoryOutput, prepare=selectors.memory_sources_attach
-        )
+        return paginated_response(request, self, memories, s.MemoryOutput)
 
     @extend_schema(
         operation_id="users_me_memories_create",
@@ -285,9 +283,7 @@ class ProjectMemoriesView(APIView):
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
         filters = validated(s.MemoryFilterInput, request.query_params)
         memories = selectors.memory_list_for_project(project=project, user=request.user, **filters)
-        return paginated_response(
-            request, self, memories, s.MemoryOutput, prepare=selectors.memory_sources_attach
-        )
+        return paginated_response(request, self, memories, s.MemoryOutput)
 
     @extend_schema(
         operation_id="projects_memories_create",

@@ -1,5 +1,6 @@
 """The memory list's output path: the serializer's direct representation equals DRF's generic
-one field for field, and a page costs the same queries whatever its size."""
+one field for field, a page costs the same queries whatever its size, and pages count and
+stop where the list does."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -75,23 +76,65 @@ def test_the_api_lists_them_as_before(api_client_for, alice, varied_memories):
 
 
 @pytest.mark.parametrize("page_size", [1, 50, 200])
-def test_a_page_costs_five_queries_whatever_its_size(
+def test_a_page_is_three_queries_whatever_its_size(
     api_client_for, alice, project, memory_factory, task_factory, page_size
 ):
-    """The token, the project with the caller's role, the count, the page, the sources."""
+    """The token, the project with the caller's role, and the page: its rows, their authors'
+    names, their source tasks and the list's total in one statement."""
+    sources = {}
     for number in range(60):
         task = task_factory(project, alice) if number % 3 == 0 else None
-        memory_factory(
+        memory = memory_factory(
             project=project,
             source=MemorySource.AUTO if task else MemorySource.MANUAL,
             source_task=task,
             goal_key=f"goal {number}" if task else "",
             approved_by=alice if number % 2 else None,
         )
+        sources[memory.pk] = []
+        if task:
+            merged = task_factory(project, alice)
+            MemorySourceTask.objects.create(memory=memory, task=merged, merged=True)
+            sources[memory.pk] = [task.pk, merged.pk]
     client = api_client_for(alice)
     url = f"/projects/{project.pk}/memories?page_size={page_size}"
     client.get(url)  # the token's first use is stamped once
     with CaptureQueriesContext(connection) as captured:
         body = client.get(url).json()
     assert len(body["results"]) == min(page_size, 60)
-    assert len(captured.captured_queries) == 5, [q["sql"] for q in captured.captured_queries]
+    assert body["count"] == 60
+    assert len(captured.captured_queries) == 3, [q["sql"] for q in captured.captured_queries]
+    assert {row["id"]: row["source_task_ids"] for row in body["results"]} == {
+        row["id"]: sources[row["id"]] for row in body["results"]
+    }
+
+
+def test_pages_count_the_filtered_list_and_stop_at_the_last(
+    api_client_for, alice, project, memory_factory
+):
+    for number in range(7):
+        archived = {"status": MemoryStatus.ARCHIVED, "archived_at": timezone.now()}
+        memory_factory(project=project, **(archived if number < 2 else {}))
+    client = api_client_for(alice)
+    url = f"/projects/{project.pk}/memories?status=active&page_size=2"
+
+    pages = [client.get(f"{url}&page={number}").json() for number in (1, 2, 3)]
+    past = client.get(f"{url}&page=4")
+    far = client.get(f"{url}&page=4611686018427387904")
+
+    assert [page["count"] for page in pages] == [5, 5, 5]
+    assert [len(page["results"]) for page in pages] == [2, 2, 1]
+    assert pages[0]["previous"] is None and pages[2]["next"] is None
+    assert "page=3" in pages[1]["next"] and pages[1]["previous"]
+    seen = [row["id"] for page in pages for row in page["results"]]
+    assert len(set(seen)) == 5
+    assert past.status_code == far.status_code == 400
+    assert past.json() == {"page": ["No page 4: the last page is 3."]}
+    assert "the last page is 3" in far.json()["page"][0]
+
+
+def test_an_empty_list_is_one_empty_page(api_client_for, alice, project):
+    body = api_client_for(alice).get(f"/projects/{project.pk}/memories").json()
+
+    assert body == {"count": 0, "next": None, "previous": None, "results": []}
+    assert api_client_for(alice).get(f"/projects/{project.pk}/memories?page=2").status_code == 400
