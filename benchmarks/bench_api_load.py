@@ -13,8 +13,8 @@ Each prints, per endpoint, requests per second, p50/p95/p99 latency in milliseco
 errors (any status other than the expected one, or a failed connection), and the CPU
 milliseconds each request cost the server (gunicorn and the worker), the local database and the
 clients: on a shared machine req/s moves with the neighbours, CPU per request much less. Then
-the resident memory of every server process. Throttling is off (API_THROTTLE_USER empty), as a load test
-of one user would otherwise measure the throttle.
+the resident memory of every server process. Throttling is off (API_THROTTLE_USER empty), as
+a load test of one user would otherwise measure the throttle.
 
     .venv/bin/python benchmarks/bench_api_load.py --postgres postgres://postgres@127.0.0.1/postgres
     .venv/bin/python benchmarks/bench_api_load.py          # a throwaway SQLite file
