@@ -11,7 +11,7 @@ Two phases against one throwaway database seeded with a project of 350 memories:
 
 Each prints, per endpoint, requests per second, p50/p95/p99 latency in milliseconds and the
 errors (any status other than the expected one, or a failed connection), and the CPU
-milliseconds each request cost the server (gunicorn and the worker), the local database and the
+milliseconds each request cost gunicorn, the worker beside it, the local database and the
 clients: on a shared machine req/s moves with the neighbours, CPU per request much less. Then
 the resident memory of every server process. Throttling is off (API_THROTTLE_USER empty), as
 a load test of one user would otherwise measure the throttle.
@@ -208,12 +208,14 @@ def _database_pids() -> list[int]:
 
 
 class CpuMeter:
-    """CPU spent during a phase by the server (gunicorn's processes and the worker), the local
-    database, and the load clients: machine-independent cost per request, where req/s on a
+    """CPU spent during a phase by gunicorn's processes, the worker, the local database and
+    the load clients: machine-independent cost per request, where req/s on a
     shared 2-core machine is not."""
 
     def __init__(self, processes: list[subprocess.Popen]) -> None:
-        self.server = [pid for name, pid in _server_pids(processes)]
+        pids = _server_pids(processes)
+        self.gunicorn = [pid for name, pid in pids if name.startswith("gunicorn")]
+        self.worker = [pid for name, pid in pids if name == "run_worker"]
 
     def __enter__(self) -> CpuMeter:
         self.database = _database_pids()
@@ -226,7 +228,8 @@ class CpuMeter:
     def _sample(self) -> dict[str, float]:
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {
-            "server": sum(map(_cpu_seconds, self.server)),
+            "gunicorn": sum(map(_cpu_seconds, self.gunicorn)),
+            "worker": sum(map(_cpu_seconds, self.worker)),
             "database": sum(map(_cpu_seconds, self.database)),
             "clients": children.ru_utime + children.ru_stime,
         }

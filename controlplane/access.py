@@ -149,7 +149,7 @@ def project_get_for(*, user, project_id, action: str = READ) -> Project:
 def task_get_for(*, user, task_id, action: str = READ) -> Task:
     """The task if the user may perform `action` on its project; 404 for non-members, 403 else."""
     pk = object_id_parse(task_id)
-    tasks = Task.objects.select_related("project")
+    tasks = Task.objects.select_related("project", "user")  # the task's pages show both
     task = _by_pk(_with_role(tasks, user=user, project_field="project_id"), pk)
     _check(task.access_role if task else None, action, "Task")
     if action == CONTINUE_TASK and task.user_id != user.pk:

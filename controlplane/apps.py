@@ -15,6 +15,14 @@ class ControlPlaneConfig(AppConfig):
         # A SQLite table rebuild (some column changes) drops the monthly spend trigger.
         post_migrate.connect(sqlite_month_trigger_ensure, sender=self)
 
+        from django.db.backends.signals import connection_created
+
+        from controlplane.postgres_timestamps import use_compiled_timestamp_loader
+
+        connection_created.connect(
+            use_compiled_timestamp_loader, dispatch_uid="controlplane_compiled_timestamps"
+        )
+
         from axes.signals import user_locked_out
 
         user_locked_out.connect(_sign_in_locked, dispatch_uid="controlplane_sign_in_locked")

@@ -75,22 +75,32 @@ def thread_usage_get(*, task_id: int, thread_id: str) -> dict[str, int] | None:
 
 def _memory_filter(
     memories: QuerySet[IdentityMemory], *, status: str | None, source: str | None
-) -> QuerySet[IdentityMemory]:
+) -> QuerySet:
     if status:
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
-    # Only the columns the API shows, with the authors' names and the source tasks beside them
-    # (no user or link rows built): a page of any size is one statement.
+    # Rows of only what the API shows, with the authors' names and the source tasks beside them
+    # (no model, user or link objects built): a page of any size is one statement.
     return (
-        memories.only(*MEMORY_LIST_COLUMNS)
-        .annotate(
+        memories.annotate(
             created_by_name=F("created_by__username"),
             approved_by_name=F("approved_by__username"),
             source_task_ids=SourceTaskIds(),
         )
         .order_by("-created_at", "-id")
+        .values(*MEMORY_LIST_FIELDS)
     )
+
+
+class MemoryRow(dict):
+    """A memory as the lists read it (a `values()` row of MEMORY_LIST_FIELDS), readable by
+    attribute as an `IdentityMemory` is, with the model's own rule for `awaiting_approval`, so
+    one serializer writes both."""
+
+    __slots__ = ()
+    __getattr__ = dict.__getitem__
+    awaiting_approval = IdentityMemory.awaiting_approval
 
 
 class SourceTaskIds(Subquery):
@@ -122,15 +132,16 @@ def _id_list(value, expression, connection) -> list[int]:
     return json.loads(value) if isinstance(value, str) else list(value)
 
 
-MEMORY_LIST_COLUMNS = (
+MEMORY_LIST_FIELDS = (
+    "pk",
     "scope",
-    "project",
+    "project_id",
     "content",
     "source",
-    "source_task",
+    "source_task_id",
     "status",
-    "superseded_by",
-    "created_by",
+    "superseded_by_id",
+    "created_by_id",
     "created_at",
     "updated_at",
     "injection_count",
@@ -144,22 +155,24 @@ MEMORY_LIST_COLUMNS = (
     "flagged",
     "instruction_flags",
     "approved_at",
-    "approved_by",
+    "approved_by_id",
     "archived_at",
+    "created_by_name",
+    "approved_by_name",
+    "source_task_ids",
 )
 
 
-def memory_list_for_user(
-    *, user, status: str | None = None, source: str | None = None
-) -> QuerySet[IdentityMemory]:
-    """The user's own user-level memories."""
+def memory_list_for_user(*, user, status: str | None = None, source: str | None = None) -> QuerySet:
+    """The user's own user-level memories, newest first, as MEMORY_LIST_FIELDS rows."""
     memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
     return _memory_filter(memories, status=status, source=source)
 
 
 def memory_list_for_project(
     *, project: Project, user, status: str | None = None, source: str | None = None
-) -> QuerySet[IdentityMemory]:
-    """A project's memories as `user` sees them (the caller has checked they are a member)."""
+) -> QuerySet:
+    """A project's memories as `user` sees them (the caller has checked they are a member),
+    newest first, as MEMORY_LIST_FIELDS rows."""
     memories = project_memories_visible_to(user, project_id=project.pk)
     return _memory_filter(memories, status=status, source=source)

@@ -84,7 +84,8 @@ def page_with_total(paginator: Paginator, number: int) -> Page:
         page = queryset.annotate(**{TOTAL: Subquery(total)})
         rows = list(page[bottom : bottom + paginator.per_page])
     if rows:
-        paginator.count = getattr(rows[0], TOTAL)
+        first = rows[0]
+        paginator.count = first[TOTAL] if isinstance(first, dict) else getattr(first, TOTAL)
     elif number == 1:
         paginator.count = 0
     else:

@@ -1,6 +1,6 @@
-"""The memory list's output path: the serializer's direct representation equals DRF's generic
-one field for field, a page costs the same queries whatever its size, and pages count and
-stop where the list does."""
+"""The memory list's output path: the serializer's direct representation, of a list's row or of
+a memory, equals DRF's generic one of the memory field for field; a page costs the same queries
+whatever its size; pages count and stop where the list does."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +11,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from controlplane.api.serializers import MemoryOutput
-from controlplane.models import MemorySource, MemorySourceTask, MemoryStatus
+from controlplane.models import IdentityMemory, MemorySource, MemorySourceTask, MemoryStatus
 from controlplane.selectors import memory_list_for_project, memory_list_for_user
 
 
@@ -51,17 +51,19 @@ def varied_memories(project, alice, bob, memory_factory, task_factory):
 
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/St_Johns"])
 def test_the_direct_representation_is_drf_s_generic_one(varied_memories, alice, zone):
-    memories = [
+    rows = [
         *memory_list_for_project(project=varied_memories, user=alice),
         *memory_list_for_user(user=alice),
     ]
-    assert len(memories) == 5
+    assert len(rows) == 5
     serializer = MemoryOutput()
     with timezone.override(zone):
-        for memory in memories:
+        for row in rows:
+            memory = IdentityMemory.objects.get(pk=row["pk"])
             generic = serializers.ModelSerializer.to_representation(serializer, memory)
-            assert MemoryOutput(memory).data == generic
-            assert list(MemoryOutput(memory).data) == list(generic)  # the same order too
+            for direct in (MemoryOutput(row).data, MemoryOutput(memory).data):
+                assert direct == generic
+                assert list(direct) == list(generic)  # the same order too
 
 
 def test_the_api_lists_them_as_before(api_client_for, alice, varied_memories):
