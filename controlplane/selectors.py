@@ -93,14 +93,16 @@ def _memory_filter(
     )
 
 
-class MemoryRow(dict):
-    """A memory as the lists read it (a `values()` row of MEMORY_LIST_FIELDS), readable by
-    attribute as an `IdentityMemory` is, with the model's own rule for `awaiting_approval`, so
-    one serializer writes both."""
-
-    __slots__ = ()
-    __getattr__ = dict.__getitem__
-    awaiting_approval = IdentityMemory.awaiting_approval
+def memory_row(memory: IdentityMemory) -> dict:
+    """A memory in the lists' row shape (MEMORY_LIST_FIELDS), so one serializer writes both."""
+    row = {name: getattr(memory, name) for name in MEMORY_LIST_FIELDS[:-3]}
+    row["created_by_name"] = memory.created_by.username if memory.created_by_id else None
+    row["approved_by_name"] = memory.approved_by.username if memory.approved_by_id else None
+    ids = getattr(memory, "source_task_ids", None)
+    row["source_task_ids"] = (
+        ids if ids is not None else [link.task_id for link in memory.source_links.all()]
+    )
+    return row
 
 
 class SourceTaskIds(Subquery):
@@ -132,6 +134,7 @@ def _id_list(value, expression, connection) -> list[int]:
     return json.loads(value) if isinstance(value, str) else list(value)
 
 
+# The last three are read beside the memory's own columns (memory_row relies on the order).
 MEMORY_LIST_FIELDS = (
     "pk",
     "scope",

@@ -11,6 +11,7 @@ from controlplane.models.memories import (  # noqa: F401
     MemorySourceTask,
     MemoryStatus,
     MemoryVisibility,
+    memory_awaiting_approval,
     memory_last_used,
 )
 from controlplane.models.projects import (  # noqa: F401

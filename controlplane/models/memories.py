@@ -220,13 +220,18 @@ class IdentityMemory(models.Model):
     @property
     def awaiting_approval(self) -> bool:
         """A flagged memory no owner has approved yet: it is not injected."""
-        return self.flagged and self.approved_at is None
+        return memory_awaiting_approval(flagged=self.flagged, approved_at=self.approved_at)
 
     @property
     def held_for_review(self) -> bool:
         """Held out of injection and search until a project owner reviews it: flagged and not
         approved, or reported."""
         return self.awaiting_approval or self.report_hold_at is not None
+
+
+def memory_awaiting_approval(*, flagged: bool, approved_at) -> bool:
+    """The rule of `IdentityMemory.awaiting_approval`, for rows read without the model."""
+    return flagged and approved_at is None
 
 
 class MemorySourceTask(models.Model):
