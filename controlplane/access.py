@@ -4,7 +4,10 @@ Non-members get 404 (the object does not exist for them); members without the ne
 permission get 403. Staff have no special rights over projects.
 """
 
-from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Subquery, Value
+from functools import lru_cache
+
+from django.db import connection
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet
 from rest_framework.exceptions import NotFound, PermissionDenied
 
 from controlplane.models import (
@@ -16,6 +19,7 @@ from controlplane.models import (
     Project,
     Task,
 )
+from controlplane.rawsql import column, concrete_fields, instance_from_row, qn, select_list, table
 
 READ = "read"
 CREATE_TASK = "create_task"
@@ -117,40 +121,68 @@ def object_id_parse(value) -> int | None:
     return number if 0 < number < 2**63 else None
 
 
-def _by_pk(queryset: QuerySet, pk: int | None):
-    """The row with this primary key, or None (also for None): by `get()`, which needs no
-    ORDER BY, as these lookups run on every request."""
+def _with_role(model: type[Model], pk: int | None, *, user, related: tuple[str, ...] = ()):
+    """The `model` row with this primary key (None for none), its `related` foreign objects
+    loaded, and `access_role` set: the user's role in the row's project, None for a
+    non-member. The object and the access check in one statement.
+
+    Every project and task request makes this lookup, and compiling the ORM's query for it
+    cost several times running it, so the statement is written once per process (`rawsql`).
+    """
     if pk is None:
         return None
-    try:
-        return queryset.get(pk=pk)
-    except queryset.model.DoesNotExist:
+    member = user.pk if getattr(user, "is_authenticated", False) else None
+    with connection.cursor() as cursor:
+        cursor.execute(_with_role_sql(model, related, connection.vendor), [member, pk])
+        row = cursor.fetchone()
+    if row is None:
         return None
+    start = len(concrete_fields(model))
+    found, _ = instance_from_row(model, row[:start])
+    for name in related:
+        target = model._meta.get_field(name).related_model
+        end = start + len(concrete_fields(target))
+        setattr(found, name, instance_from_row(target, row[start:end])[0])
+        start = end
+    found.access_role = row[start]
+    return found
 
 
-def _with_role(queryset: QuerySet, *, user, project_field: str) -> QuerySet:
-    """`queryset` annotated with `access_role`, the user's role in the row's project (None for
-    a non-member): the object and the access check in one query."""
-    if not getattr(user, "is_authenticated", False):
-        return queryset.annotate(access_role=Value(None, output_field=CharField()))
-    role = Membership.objects.filter(project=OuterRef(project_field), user=user).values("role")
-    return queryset.annotate(access_role=Subquery(role[:1]))
+@lru_cache
+def _with_role_sql(model: type[Model], related: tuple[str, ...], vendor: str) -> str:
+    columns = [select_list(model, "o")[0]]
+    joins = []
+    for number, name in enumerate(related):
+        target, alias = model._meta.get_field(name).related_model, f"r{number}"
+        columns.append(select_list(target, alias)[0])
+        joins.append(
+            f"JOIN {table(target)} {alias} "
+            f"ON {alias}.{qn(target._meta.pk.column)} = o.{column(model, name)}"
+        )
+    pk = f"o.{qn(model._meta.pk.column)}"
+    project = pk if model is Project else f"o.{column(model, 'project')}"
+    role = (
+        f"SELECT m.{column(Membership, 'role')} FROM {table(Membership)} m "
+        f"WHERE m.{column(Membership, 'project')} = {project} "
+        f"AND m.{column(Membership, 'user')} = %s LIMIT 1"
+    )
+    return (
+        f"SELECT {', '.join(columns)}, ({role}) FROM {table(model)} o {' '.join(joins)} "
+        f"WHERE {pk} = %s"
+    )
 
 
 def project_get_for(*, user, project_id, action: str = READ) -> Project:
     """The project if the user may perform `action` on it; 404 for non-members, 403 else."""
-    pk = object_id_parse(project_id)
-    projects = _with_role(Project.objects.all(), user=user, project_field="pk")
-    project = _by_pk(projects, pk)
+    project = _with_role(Project, object_id_parse(project_id), user=user)
     _check(project.access_role if project else None, action, "Project")
     return project
 
 
 def task_get_for(*, user, task_id, action: str = READ) -> Task:
     """The task if the user may perform `action` on its project; 404 for non-members, 403 else."""
-    pk = object_id_parse(task_id)
-    tasks = Task.objects.select_related("project", "user")  # the task's pages show both
-    task = _by_pk(_with_role(tasks, user=user, project_field="project_id"), pk)
+    # With its project and user: the task's pages show both.
+    task = _with_role(Task, object_id_parse(task_id), user=user, related=("project", "user"))
     _check(task.access_role if task else None, action, "Task")
     if action == CONTINUE_TASK and task.user_id != user.pk:
         raise PermissionDenied(
@@ -173,7 +205,7 @@ def memory_allows(memory: IdentityMemory, *, user, role: str | None, action: str
 
 def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
     pk = object_id_parse(memory_id)
-    memory = _by_pk(IdentityMemory.objects.all(), pk)
+    memory = IdentityMemory.objects.filter(pk=pk).first() if pk else None
     if memory is None:
         raise NotFound("Memory not found.")
     if memory.scope == MemoryScope.USER:
