@@ -185,26 +185,44 @@ def process_tree_rss(processes: list[subprocess.Popen]) -> list[tuple[str, int]]
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process so far (0 once it is gone)."""
+def _stat(pid: int) -> list[str] | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
+        return None
+
+
+def _cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU of one process so far (0 once it is gone); with `reaped`, also that
+    of its children it has waited for."""
+    fields = _stat(pid)
+    if fields is None:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / TICKS
 
 
-def _database_pids() -> list[int]:
-    """The local PostgreSQL server's processes (its backends included), if any are visible."""
-    pids = []
+def _database_cpu() -> float:
+    """CPU of the local PostgreSQL server so far: the postmaster, its live backends and those
+    that have exited (their time moves into the postmaster's reaped children's), so a backend
+    that closes during a phase is not lost. 0 when no local server is visible."""
+    processes = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
-                    pids.append(int(entry.name))
+                    processes[int(entry.name)] = _stat(int(entry.name))
             except OSError:
                 continue
-    return pids
+    total = 0.0
+    for pid, fields in processes.items():
+        if fields is None:
+            continue
+        is_postmaster = int(fields[1]) not in processes
+        total += _cpu_seconds(pid, reaped=is_postmaster)
+    return total
 
 
 class CpuMeter:
@@ -218,7 +236,6 @@ class CpuMeter:
         self.worker = [pid for name, pid in pids if name == "run_worker"]
 
     def __enter__(self) -> CpuMeter:
-        self.database = _database_pids()
         self.start = self._sample()
         return self
 
@@ -230,7 +247,7 @@ class CpuMeter:
         return {
             "gunicorn": sum(map(_cpu_seconds, self.gunicorn)),
             "worker": sum(map(_cpu_seconds, self.worker)),
-            "database": sum(map(_cpu_seconds, self.database)),
+            "database": _database_cpu(),
             "clients": children.ru_utime + children.ru_stime,
         }
 
