@@ -3,8 +3,8 @@
 Django's psycopg backend registers its own `timestamptz` loader on every connection, a
 subclass of psycopg's pure-Python `TimestamptzLoader` (psycopg's compiled loader cannot be
 subclassed), so every timestamp a query returns is parsed in Python even with psycopg's binary
-package installed (Django ticket #36960). On the memory list that parsing was about a tenth of
-a request's CPU.
+package installed (Django ticket #36960). Measured side by side on the memory list (100
+timestamps a page), the compiled loader saves about 4% of a request's CPU.
 
 `use_compiled_timestamp_loader` (connected to `connection_created`) registers, in place of
 Django's, a loader that keeps Django's contract (the value parsed as psycopg parses it, then
