@@ -19,7 +19,7 @@ from controlplane.models import (
     Project,
     Task,
 )
-from controlplane.rawsql import column, concrete_fields, instance_from_row, qn, select_list, table
+from controlplane.rawsql import column, instances_from_row, qn, select_list, table
 
 READ = "read"
 CREATE_TASK = "create_task"
@@ -137,14 +137,11 @@ def _with_role(model: type[Model], pk: int | None, *, user, related: tuple[str, 
         row = cursor.fetchone()
     if row is None:
         return None
-    start = len(concrete_fields(model))
-    found, _ = instance_from_row(model, row[:start])
-    for name in related:
-        target = model._meta.get_field(name).related_model
-        end = start + len(concrete_fields(target))
-        setattr(found, name, instance_from_row(target, row[start:end])[0])
-        start = end
-    found.access_role = row[start]
+    targets = [model._meta.get_field(name).related_model for name in related]
+    (found, *loaded), (role,) = instances_from_row((model, *targets), row)
+    for name, instance in zip(related, loaded, strict=True):
+        setattr(found, name, instance)
+    found.access_role = role
     return found
 
 

@@ -1,10 +1,12 @@
-"""Small helpers for the few statements the ORM cannot write, such as `UPDATE ... RETURNING`.
+"""Small helpers for the few statements the ORM cannot write, such as `UPDATE ... RETURNING`,
+and for the lookups every request makes, written once per process.
 
 Django 5.2 has no RETURNING for updates, and no way to read another table's values in the
 same statement as a write. The worker's claim and finish need both to stay one round trip.
-These helpers keep that raw SQL honest: table and column names come from the models, and
-the values read back go through the same database converters the ORM applies, so a row
-read here is the row the ORM would have read.
+The token, project and task lookups of every API request are cheap to run and several times
+dearer to compile through the ORM. These helpers keep that raw SQL honest: table and column
+names come from the models, and the values read back go through the same database converters
+the ORM applies, so a row read here is the row the ORM would have read.
 """
 
 from __future__ import annotations
@@ -78,3 +80,14 @@ def instance_from_row(
     for scalar, value in zip(scalars, row[len(fields) :], strict=True):
         extras[scalar.alias] = db_value(scalar.field, value) if scalar.field else value
     return instance, extras
+
+
+def instances_from_row(models: Sequence[type[Model]], row: Sequence[Any]) -> tuple[list, Sequence]:
+    """One instance of each of `models` from a row laid out as their `select_list`s, in that
+    order (a join), and the values after them."""
+    instances, start = [], 0
+    for model in models:
+        end = start + len(concrete_fields(model))
+        instances.append(instance_from_row(model, row[start:end])[0])
+        start = end
+    return instances, row[start:]

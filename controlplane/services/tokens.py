@@ -22,7 +22,7 @@ from django.utils import timezone
 from controlplane.errors import DomainError
 from controlplane.limits import text_require
 from controlplane.models import ApiToken
-from controlplane.rawsql import column, concrete_fields, instance_from_row, select_list, table
+from controlplane.rawsql import column, instances_from_row, select_list, table
 from controlplane.services.audit import audit_record
 
 TOKEN_KEY_PREFIX = "cpt_"
@@ -151,9 +151,7 @@ def _token_with_user(key_hash: str) -> ApiToken | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    split = len(concrete_fields(ApiToken))
-    token, _ = instance_from_row(ApiToken, row[:split])
-    token.user, _ = instance_from_row(get_user_model(), row[split:])
+    (token, token.user), _ = instances_from_row((ApiToken, get_user_model()), row)
     return token
 
 

@@ -4,6 +4,7 @@ import threading
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from controlplane.models import AuditEvent, Task, TaskFollowup, TaskStatus
@@ -144,6 +145,21 @@ class TestReading:
         assert body["started_at"] and body["finished_at"]
         for key in ("failure_reason", "kind", "parent_task_id", "turn", "project_id"):
             assert key in body
+
+    def test_the_detail_of_a_task_without_injected_memories_is_two_statements(
+        self, api_client_for, project, alice, task_factory
+    ):
+        """The token with its user, then the task with its project, user and the caller's
+        role: one statement each (no lazy load of the task's user for its name)."""
+        task = task_factory(project, alice, completed=True, result_text="Fixed.")
+        client = api_client_for(alice)
+        client.get(f"/tasks/{task.pk}")  # the token's first use is stamped once
+
+        with CaptureQueriesContext(connection) as captured:
+            body = client.get(f"/tasks/{task.pk}").json()
+
+        assert body["user"] == alice.username
+        assert len(captured.captured_queries) == 2, [q["sql"] for q in captured.captured_queries]
 
     def test_the_list_is_paginated_newest_first(self, alice_client, project, task_factory):
         tasks = [task_factory(project, prompt=f"task {i}") for i in range(3)]
