@@ -2,6 +2,8 @@
 factories for tasks and memories, and the one "auto memory on" switch."""
 
 import itertools
+import os
+import socket
 from datetime import timedelta
 
 import pytest
@@ -44,6 +46,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def root(user_factory):
+    """A superuser, for the admin's pages."""
+    user = user_factory("root", is_staff=True)
+    user.is_superuser = True
+    user.save()
+    return user
+
+
+@pytest.fixture
+def local_redis() -> str:
+    """The URL of the real Redis on 127.0.0.1:6379: skipped without one, failed in CI."""
+    try:
+        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
+    except OSError:
+        if os.environ.get("CI"):
+            pytest.fail("Redis is not reachable on 127.0.0.1:6379 (required in CI)")
+        pytest.skip("Redis is not reachable on 127.0.0.1:6379")
+    return "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture

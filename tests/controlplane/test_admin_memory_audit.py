@@ -11,14 +11,6 @@ CHANGELIST = "/admin/controlplane/identitymemory/"
 
 
 @pytest.fixture
-def root(user_factory):
-    user = user_factory("root", is_staff=True)
-    user.is_superuser = True
-    user.save()
-    return user
-
-
-@pytest.fixture
 def admin_client(client, root):
     client.force_login(root)
     return client

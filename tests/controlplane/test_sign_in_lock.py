@@ -3,7 +3,6 @@ username (django-axes, counters in the CACHE_URL cache); staff lift a lock with
 `manage.py unlock_sign_in` or the users admin."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,14 +18,6 @@ from controlplane.models import AuditEvent
 
 ADMIN_LOGIN = "/admin/login/?next=/admin/"
 OTHER_ADDRESS = "198.51.100.23"
-
-
-@pytest.fixture
-def root(user_factory):
-    user = user_factory("root", is_staff=True)
-    user.is_superuser = True
-    user.save()
-    return user
 
 
 def _admin_sign_in(client: Client, username: str, password: str, **extra):
@@ -118,26 +109,14 @@ def test_unlocking_nobody_says_so(root):
         call_command("unlock_sign_in")
 
 
-def _redis_reachable() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
-def test_the_lock_is_shared_through_the_cache_url(client, root, settings, tmp_path):
+def test_the_lock_is_shared_through_the_cache_url(client, root, settings, tmp_path, local_redis):
     """Another process with the same CACHE_URL sees the lock (a real Redis, as CI has)."""
-    if not _redis_reachable():
-        if os.environ.get("CI"):
-            pytest.fail("Redis is not reachable on 127.0.0.1:6379 (required in CI)")
-        pytest.skip("Redis is not reachable on 127.0.0.1:6379")
     database = str(tmp_path / "unused.sqlite3")
     prefix = f"axes-test-{uuid.uuid4().hex}"
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": "redis://127.0.0.1:6379/0",
+            "LOCATION": local_redis,
             "KEY_PREFIX": prefix,
         }
     }
@@ -160,7 +139,7 @@ def test_the_lock_is_shared_through_the_cache_url(client, root, settings, tmp_pa
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "CACHE_URL": "redis://127.0.0.1:6379/0",
+            "CACHE_URL": local_redis,
             "PROBE_KEY_PREFIX": prefix,
             "DATABASE_URL": f"sqlite:///{database}",
         }

@@ -38,14 +38,6 @@ def test_the_api_docs_start_from_a_script_file(db):
     assert '<script src="/api/docs?script=' in html or "/api/docs?script" in html
 
 
-@pytest.fixture
-def root(user_factory):
-    user = user_factory("root", is_staff=True)
-    user.is_superuser = True
-    user.save()
-    return user
-
-
 def test_the_admin_runs_without_a_violation(page, console_url, root, alice, project):
     memory = IdentityMemory.objects.create(
         scope="project", project=project, content="Deploy on Mondays.", created_by=alice
