@@ -317,6 +317,9 @@ WORKER_MEMORY_MCP_COMMAND = env.str(
     "WORKER_MEMORY_MCP_COMMAND",
     default=shlex.join([sys.executable, str(BASE_DIR / "manage.py"), "memory_mcp"]),
 )
+# The control plane's API as the worker's agents reach it: the memory tools are its
+# `/memory-tools/...` endpoints (the stdio server above relays to them).
+WORKER_MEMORY_API_URL = env.str("WORKER_MEMORY_API_URL", default="http://127.0.0.1:8000")
 # How long the `codex` executor lets the CLI wait for the memory server before the first
 # model request (it starts in a second or two; a server not up by then is left out).
 WORKER_MEMORY_MCP_STARTUP_SECONDS = env.float("WORKER_MEMORY_MCP_STARTUP_SECONDS", default=20.0)

@@ -191,17 +191,20 @@ class ExecutionControl:
 
 # The memory tools (docs/memory-tools.md): the environment variables an agent process gets.
 MEMORY_COMMAND_ENV = "CONTROLPLANE_MEMORY_MCP_COMMAND"
+MEMORY_URL_ENV = "CONTROLPLANE_MEMORY_URL"
 
 
 def memory_tool_env(request: ExecutionRequest) -> dict[str, str]:
-    """What gives an agent this turn's memory tools: the task key (`CONTROLPLANE_MEMORY_TOKEN`)
-    and the command line that serves the `memory` MCP server over stdio
+    """What gives an agent this turn's memory tools: the task key (`CONTROLPLANE_MEMORY_TOKEN`),
+    the control plane's address the tools are served at (`CONTROLPLANE_MEMORY_URL`) and the
+    command line of the stdio `memory` MCP server that relays to them
     (`CONTROLPLANE_MEMORY_MCP_COMMAND`); empty when `WORKER_MEMORY_TOOLS` is off or the turn
     has no key."""
     if not settings.WORKER_MEMORY_TOOLS or not request.memory_key:
         return {}
     return {
         TASK_KEY_ENV: request.memory_key,
+        MEMORY_URL_ENV: settings.WORKER_MEMORY_API_URL,
         MEMORY_COMMAND_ENV: settings.WORKER_MEMORY_MCP_COMMAND,
     }
 
