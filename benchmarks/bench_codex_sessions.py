@@ -97,7 +97,7 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
         print("  (the real codex CLI is not installed: run `make codex-cli`)")
         return
     settings.WORKER_CODEX_BINARY = str(binary)
-    settings.WORKER_CODEX_WORKDIR = str(work / "workdir")
+    settings.WORKER_TASK_ROOT = str(work / "tasks")
     settings.WORKER_CODEX_SANDBOX = "read-only"
     settings.WORKER_CODEX_MODEL = "bench-model"
     os.environ["FAKE_MODEL_API_KEY"] = "sk-bench-not-a-secret"

@@ -82,6 +82,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "controlplane.middleware.permissions_policy_middleware",
+    # A sign-in POST for a slowed-down username: 429 before the view (controlplane.sign_in).
+    "controlplane.sign_in.SignInSlowdownMiddleware",
     # Last: answers a locked-out sign-in (the admin's and the console's) with 429.
     "axes.middleware.AxesMiddleware",
 ]
@@ -128,19 +130,27 @@ PERMISSIONS_POLICY = ", ".join(
 )
 
 # Password sign-ins (the admin and the console) go through django-axes first: failed ones
-# count per client address and per username; either over AXES_FAILURE_LIMIT locks sign-in
-# for AXES_COOLOFF_MINUTES (a failure while locked restarts the wait), even with the right
-# password. The counters live in the `default` cache (CACHE_URL), so every process sees them.
+# count per (username, client address); AXES_FAILURE_LIMIT of them lock that pair for
+# AXES_COOLOFF_MINUTES (a failure while locked restarts the wait), even with the right
+# password, so a guesser locks out only itself, never the owner signing in from elsewhere.
+# A username guessed from many addresses is slowed down instead: past SIGN_IN_SLOWDOWN_AFTER
+# failures (any addresses, within an hour) each attempt waits 1 s, 2 s, 4 s ... up to
+# SIGN_IN_SLOWDOWN_MAX_SECONDS before its password is checked, except from an address the
+# user signed in from within SIGN_IN_KNOWN_ADDRESS_DAYS (controlplane.services.sign_in_locks).
+# The counters live in the `default` cache (CACHE_URL), so every process sees them.
 # Staff unlock with `manage.py unlock_sign_in` or the users admin (docs/security.md).
 AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
+    "controlplane.sign_in.SignInGate",  # django-axes' backend, noting what it let through
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
 AXES_CACHE = "default"
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=10)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
-AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+SIGN_IN_SLOWDOWN_AFTER = env.int("SIGN_IN_SLOWDOWN_AFTER", default=2 * AXES_FAILURE_LIMIT)
+SIGN_IN_SLOWDOWN_MAX_SECONDS = env.int("SIGN_IN_SLOWDOWN_MAX_SECONDS", default=900)
+SIGN_IN_KNOWN_ADDRESS_DAYS = env.int("SIGN_IN_KNOWN_ADDRESS_DAYS", default=30)
 # A success does not reset the counters: an attacker signing in to an account of their own
 # would otherwise clear their address's count between guesses at others. They expire.
 AXES_RESET_ON_SUCCESS = False
@@ -310,6 +320,16 @@ CONTROLPLANE_DEFAULT_MONTHLY_LIMIT_USD = Decimal(
 WORKER_EXECUTOR = env.str("WORKER_EXECUTOR", default="echo")
 WORKER_COMMAND = env.str("WORKER_COMMAND", default="")
 WORKER_COMMAND_TIMEOUT_SECONDS = env.float("WORKER_COMMAND_TIMEOUT_SECONDS", default=600)
+# The agent's world (worker/sandbox.py, docs/security.md): each task's room (work, home,
+# tmp) under WORKER_TASK_ROOT; the sandbox agents run in (auto: bubblewrap where it works);
+# the folders shown to every agent besides its room; the names of the worker's environment
+# an agent also gets (PATH, the locale, HOME and TMPDIR in its room are given anyway).
+WORKER_TASK_ROOT = env.str("WORKER_TASK_ROOT", default=str(VAR_DIR / "tasks"))
+WORKER_SANDBOX = env.str("WORKER_SANDBOX", default="auto")
+WORKER_SANDBOX_BINARY = env.str("WORKER_SANDBOX_BINARY", default="bwrap")
+WORKER_SANDBOX_READ_ONLY = env.list("WORKER_SANDBOX_READ_ONLY", default=[])
+WORKER_SANDBOX_WRITABLE = env.list("WORKER_SANDBOX_WRITABLE", default=[])
+WORKER_AGENT_ENV = env.list("WORKER_AGENT_ENV", default=[])
 # The memory tools (MCP server `memory`, docs/memory-tools.md): every agent run gets the
 # server and its turn's task key; the command line that serves it over stdio.
 WORKER_MEMORY_TOOLS = env.bool("WORKER_MEMORY_TOOLS", default=True)
@@ -332,7 +352,6 @@ WORKER_STALE_AFTER_SECONDS = env.float("WORKER_STALE_AFTER_SECONDS", default=60.
 # the worker still holds the task (docs/operations.md, Faults). 0: no retry.
 WORKER_FINISH_RETRY_SECONDS = env.float("WORKER_FINISH_RETRY_SECONDS", default=120.0)
 WORKER_CODEX_BINARY = env.str("WORKER_CODEX_BINARY", default="codex")
-WORKER_CODEX_WORKDIR = env.str("WORKER_CODEX_WORKDIR", default=str(VAR_DIR / "codex-work"))
 WORKER_CODEX_SANDBOX = env.str("WORKER_CODEX_SANDBOX", default="workspace-write")
 WORKER_CODEX_MODEL = env.str("WORKER_CODEX_MODEL", default="")
 WORKER_CODEX_TIMEOUT_SECONDS = env.float("WORKER_CODEX_TIMEOUT_SECONDS", default=1800)

@@ -5,8 +5,12 @@ pytest-django imports this module before any conftest, and the processes the tes
 """
 
 import os
+import tempfile
 
 os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-" + "x" * 40)
+# Agents' task rooms (worker/sandbox.py) outside the checkout; worker processes the tests
+# start inherit the same folder.
+os.environ.setdefault("WORKER_TASK_ROOT", tempfile.mkdtemp(prefix="controlplane-tasks-"))
 
 from controlplane.settings import *  # noqa: F403
 

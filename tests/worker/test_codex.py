@@ -41,7 +41,18 @@ def codex(tmp_path, settings, monkeypatch):
     for name in ("FAKE_CODEX_USAGE", "FAKE_CODEX_TURN_USAGE", "FAKE_CODEX_SESSION_RECORD"):
         monkeypatch.delenv(name, raising=False)
     settings.WORKER_CODEX_BINARY = str(binary)
-    settings.WORKER_CODEX_WORKDIR = str(tmp_path / "work")
+    settings.WORKER_TASK_ROOT = str(tmp_path / "tasks")
+    # The fake reads its script, writes its log, and is told how to behave by these names:
+    # shown to it as an operator would show an agent's own files and settings.
+    settings.WORKER_SANDBOX_READ_ONLY = [str(FAKE.parent)]
+    settings.WORKER_SANDBOX_WRITABLE = [str(log.parent)]
+    settings.WORKER_AGENT_ENV = [
+        "FAKE_CODEX_LOG",
+        "FAKE_CODEX_MODE",
+        "FAKE_CODEX_USAGE",
+        "FAKE_CODEX_TURN_USAGE",
+        "FAKE_CODEX_SESSION_RECORD",
+    ]
     settings.WORKER_CODEX_SANDBOX = "workspace-write"
     settings.WORKER_CODEX_MODEL = ""
     settings.WORKER_CODEX_PRICES = PRICES
@@ -85,7 +96,7 @@ def test_a_first_turn_runs_codex_exec_json_with_the_prompt_on_stdin(codex, setti
     CodexExecutor().execute(_request(), control=ExecutionControl())
 
     [call] = codex.calls()
-    workdir = str(tmp_path / "work" / "task-5")
+    workdir = str(tmp_path / "tasks" / "task-5" / "work")
     assert call["argv"] == [
         "exec",
         "--json",
@@ -159,7 +170,7 @@ def test_a_failed_turn_fails_with_codex_s_message(codex):
 
 def test_a_missing_binary_fails_the_turn(settings, tmp_path):
     settings.WORKER_CODEX_BINARY = str(tmp_path / "no-such-codex")
-    settings.WORKER_CODEX_WORKDIR = str(tmp_path / "work")
+    settings.WORKER_TASK_ROOT = str(tmp_path / "tasks")
     result = CodexExecutor().execute(_request(), control=ExecutionControl())
     assert result.status == "failed"
     assert "could not start codex" in result.failure_reason

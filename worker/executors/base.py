@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 from django.conf import settings
 
 from controlplane.services.task_keys import TASK_KEY_ENV
+from worker.sandbox import command_files
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +208,14 @@ def memory_tool_env(request: ExecutionRequest) -> dict[str, str]:
         MEMORY_URL_ENV: settings.WORKER_MEMORY_API_URL,
         MEMORY_COMMAND_ENV: settings.WORKER_MEMORY_MCP_COMMAND,
     }
+
+
+def memory_tool_files() -> list[str]:
+    """The files the memory relay's command line names (its program and script): shown to a
+    sandboxed agent read-only, so its MCP client can start the relay."""
+    if not settings.WORKER_MEMORY_TOOLS:
+        return []
+    return command_files(settings.WORKER_MEMORY_MCP_COMMAND)
 
 
 def spawn_agent(

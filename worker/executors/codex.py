@@ -4,6 +4,10 @@ A first turn runs `codex exec --json --skip-git-repo-check -C <dir> --sandbox <m
 with the text on stdin. A later turn (or a checkpoint resume of a turn whose thread is known)
 runs `codex exec ... resume <thread_id> -`, continuing the same agent thread.
 
+The CLI runs in the task's room and sandbox (worker/sandbox.py) with a `CODEX_HOME` of the
+task's own (`home/.codex`): the worker's `config.toml` and `auth.json` copied in before each
+turn, the thread's session files restored into it, never another task's.
+
 A turn's usage is its own, never the thread's: see `turn_usage` and docs/worker.md.
 """
 
@@ -14,6 +18,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ from controlplane.pricing import PriceTable
 from controlplane.services.task_keys import TASK_KEY_ENV
 from worker.executors.base import (
     MEMORY_COMMAND_ENV,
+    MEMORY_URL_ENV,
     TOKEN_USAGE_FIELDS,
     ExecutionControl,
     ExecutionRequest,
@@ -37,10 +43,12 @@ from worker.executors.base import (
     TokenUsage,
     kill_process_group,
     memory_tool_env,
+    memory_tool_files,
     spawn_agent,
     stderr_tail,
 )
 from worker.executors.codex_sessions import session_files
+from worker.sandbox import SandboxUnavailable, TaskRoom, agent_env, sandboxed, task_room
 
 logger = logging.getLogger(__name__)
 
@@ -150,15 +158,34 @@ def turn_usage(
     return UsageDecision(reported, "per_turn")
 
 
+# The files of the worker's CODEX_HOME a task's own CODEX_HOME gets a copy of.
+CODEX_CONFIG_FILES = ("config.toml", "auth.json")
+
+
 def codex_home() -> Path:
-    """Where the CLI keeps its config and sessions (the worker's `CODEX_HOME`, else ~/.codex)."""
+    """The worker's codex configuration (its `CODEX_HOME`, else ~/.codex): copied into each
+    task's own CODEX_HOME, never shown to an agent whole."""
     return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
 
 
-def session_record_path(*, thread_id: str, home: Path | None = None) -> Path | None:
+def task_codex_home(room: TaskRoom) -> Path:
+    """The task's own CODEX_HOME, with the worker's configuration files as they are now."""
+    home = room.home / ".codex"
+    home.mkdir(mode=0o700, exist_ok=True)
+    source = codex_home()
+    for name in CODEX_CONFIG_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, home / name)
+            os.chmod(home / name, 0o600)
+        else:
+            (home / name).unlink(missing_ok=True)
+    return home
+
+
+def session_record_path(*, thread_id: str, home: Path) -> Path | None:
     """The CLI's rollout file of a thread (`sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl`),
     the last by name when there are several; None for none (see `codex_sessions`)."""
-    files = session_files(thread_id=thread_id, home=home or codex_home())
+    files = session_files(thread_id=thread_id, home=home)
     return files[-1] if files else None
 
 
@@ -170,7 +197,7 @@ class SessionRecord:
     model: str
 
 
-def session_record_read(*, thread_id: str, home: Path | None = None) -> SessionRecord | None:
+def session_record_read(*, thread_id: str, home: Path) -> SessionRecord | None:
     """The thread's total usage as the CLI counted it (`token_count.total_token_usage`).
 
     None when there is no readable record (another machine's thread, a different CLI).
@@ -323,7 +350,7 @@ def _memory_call(item: dict[str, Any]) -> dict[str, Any]:
     kept = {key: item[key] for key in ("id", "type", "server", "tool", "status") if key in item}
     arguments = item.get("arguments")
     text = arguments if isinstance(arguments, str) else json.dumps(arguments, default=str)
-    kept["arguments"] = redact(text[:MEMORY_CALL_ARGUMENT_CHARS])
+    kept["arguments"] = redact(text)[:MEMORY_CALL_ARGUMENT_CHARS]
     kept["result_dropped"] = True
     return kept
 
@@ -343,14 +370,16 @@ def _compact(item: dict[str, Any]) -> dict[str, Any]:
     return compact
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What the memory relay inherits of the agent's environment: its key and address, and what
+# any program needs to start.
+MEMORY_SERVER_ENV = (TASK_KEY_ENV, MEMORY_URL_ENV, "PATH", "HOME", "TMPDIR", "LANG")
 
 
 def memory_server_config(env: dict[str, str]) -> list[str]:
     """`-c` overrides that give codex the `memory` MCP server for this run (none without a
     task key in `env`): its command line, the names of the variables it inherits from the
-    CLI's environment (values never go on the command line: the key and DATABASE_URL stay
-    out of `ps`), and its tools approved, as `codex exec` never asks. A `memory` server of
+    CLI's environment (`MEMORY_SERVER_ENV` only; values never go on the command line, so the
+    key stays out of `ps`), and its tools approved, as `codex exec` never asks. A `memory` server of
     the user's own config.toml is replaced. The CLI starts the model's first request once
     its optional MCP servers are up or `mcp_optional_startup_grace_ms` has passed: that is
     raised to `WORKER_MEMORY_MCP_STARTUP_SECONDS` so the server (a Django process, a second
@@ -359,7 +388,7 @@ def memory_server_config(env: dict[str, str]) -> list[str]:
     if not env.get(TASK_KEY_ENV) or not env.get(MEMORY_COMMAND_ENV):
         return []
     command, *arguments = shlex.split(env[MEMORY_COMMAND_ENV])
-    names = sorted(name for name in env if _ENV_NAME.fullmatch(name))
+    names = sorted(name for name in MEMORY_SERVER_ENV if name in env)
     table = f"mcp_servers.{MEMORY_SERVER_NAME}"
     overrides = {
         "command": json.dumps(command),
@@ -421,34 +450,36 @@ class CodexExecutor:
         args.append("-")  # the prompt comes on stdin
         return args
 
-    def workdir(self, request: ExecutionRequest) -> Path:
-        path = Path(settings.WORKER_CODEX_WORKDIR) / f"task-{request.task_id}"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
     def execute(self, request: ExecutionRequest, *, control: ExecutionControl) -> ExecutionResult:
-        workdir = self.workdir(request)
-        env = {**os.environ, **memory_tool_env(request)}
-        args = self.command_line(request, workdir=workdir, env=env)
+        room = task_room(task_id=request.task_id)
+        home = task_codex_home(room)
+        env = agent_env(room=room, extra={"CODEX_HOME": str(home), **memory_tool_env(request)})
+        args = self.command_line(request, workdir=room.work, env=env)
         timeout = settings.WORKER_CODEX_TIMEOUT_SECONDS
         resumes = self.resumes(request)
         restored = ""
         if resumes and control.sessions is not None:
             try:
-                restored = control.sessions.restore(thread_id=request.thread_id, home=codex_home())
+                restored = control.sessions.restore(thread_id=request.thread_id, home=home)
             except Exception as exc:
                 return ExecutionResult.failed(
                     f"codex thread {request.thread_id} cannot be resumed: {exc}",
                     thread_id=request.thread_id,
                 )
-        before = session_record_read(thread_id=request.thread_id) if resumes else None
+        before = session_record_read(thread_id=request.thread_id, home=home) if resumes else None
         behind = _record_behind_ledger(request, before) if restored in STORED_STATES else ""
         if behind:
             return ExecutionResult.failed(behind, thread_id=request.thread_id)
         stream = CodexStream()
         try:
-            process = spawn_agent(args, cwd=workdir, env=env)
-        except OSError as exc:
+            args = sandboxed(
+                args,
+                room=room,
+                programs=[settings.WORKER_CODEX_BINARY],
+                read_only=memory_tool_files(),
+            )
+            process = spawn_agent(args, cwd=str(room.work), env=env)
+        except (OSError, SandboxUnavailable) as exc:
             return ExecutionResult.failed(f"could not start codex ({args[0]}): {exc}")
         control.attach(process)
         stderr_lines: deque[str] = deque(maxlen=200)
@@ -485,9 +516,9 @@ class CodexExecutor:
         stderr_text = "".join(stderr_lines)
         thread_id = stream.thread_id or request.thread_id
         resumed = resumes and thread_id == request.thread_id
-        after = session_record_read(thread_id=thread_id) if thread_id else None
+        after = session_record_read(thread_id=thread_id, home=home) if thread_id else None
         if thread_id and control.sessions is not None:
-            control.sessions.store(thread_id=thread_id, home=codex_home())
+            control.sessions.store(thread_id=thread_id, home=home)
         decision = turn_usage(
             reported=stream.usage,
             resumed=resumed,
@@ -531,7 +562,7 @@ class CodexExecutor:
             if restored == "absent":
                 detail += (
                     f" (no session record of thread {request.thread_id} is stored, and none is"
-                    " in this worker's CODEX_HOME)"
+                    " in the task's CODEX_HOME on this worker)"
                 )
             return ExecutionResult.failed(f"codex exit status {returncode}: {detail}", **common)
         if stream.turn_failures:

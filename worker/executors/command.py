@@ -1,6 +1,5 @@
 """Any CLI agent: `WORKER_COMMAND` runs with the prompt on stdin; its stdout is the result."""
 
-import os
 import shlex
 import subprocess
 
@@ -12,17 +11,26 @@ from worker.executors.base import (
     ExecutionResult,
     kill_process_group,
     memory_tool_env,
+    memory_tool_files,
     spawn_agent,
     stderr_tail,
+)
+from worker.sandbox import (
+    SandboxUnavailable,
+    agent_env,
+    command_files,
+    sandboxed,
+    task_room,
 )
 
 
 class CommandExecutor:
     """Runs `settings.WORKER_COMMAND` (split with shlex, no shell) once per turn.
 
-    The child gets the text to run on stdin and the task's coordinates in its environment
+    The child runs in the task's room and sandbox (worker/sandbox.py) with an allow-listed
+    environment: the text to run on stdin, the task's coordinates
     (`CONTROLPLANE_TASK_ID`, `_TURN`, `_IS_RESUME`, `_THREAD_ID`) and the turn's memory tools
-    (`CONTROLPLANE_MEMORY_TOKEN`, `CONTROLPLANE_MEMORY_MCP_COMMAND`: docs/memory-tools.md).
+    (`CONTROLPLANE_MEMORY_TOKEN`, `_URL`, `_MCP_COMMAND`: docs/memory-tools.md).
     Exit status 0: completed,
     stdout (trailing new lines removed) is the result. Non-zero exit: failed, with the tail
     of stderr as the reason. Past `WORKER_COMMAND_TIMEOUT_SECONDS` the process group is killed
@@ -36,17 +44,27 @@ class CommandExecutor:
         if not command_line:
             return ExecutionResult.failed("WORKER_COMMAND is not set")
         timeout = settings.WORKER_COMMAND_TIMEOUT_SECONDS
-        env = {
-            **os.environ,
-            "CONTROLPLANE_TASK_ID": str(request.task_id),
-            "CONTROLPLANE_TASK_TURN": str(request.turn),
-            "CONTROLPLANE_TASK_IS_RESUME": "1" if request.is_resume else "0",
-            "CONTROLPLANE_TASK_THREAD_ID": request.thread_id,
-            **memory_tool_env(request),
-        }
+        room = task_room(task_id=request.task_id)
+        env = agent_env(
+            room=room,
+            extra={
+                "CONTROLPLANE_TASK_ID": str(request.task_id),
+                "CONTROLPLANE_TASK_TURN": str(request.turn),
+                "CONTROLPLANE_TASK_IS_RESUME": "1" if request.is_resume else "0",
+                "CONTROLPLANE_TASK_THREAD_ID": request.thread_id,
+                **memory_tool_env(request),
+            },
+        )
+        args = shlex.split(command_line)
         try:
-            process = spawn_agent(shlex.split(command_line), env=env)
-        except OSError as exc:
+            args = sandboxed(
+                args,
+                room=room,
+                programs=args[:1],
+                read_only=[*command_files(command_line), *memory_tool_files()],
+            )
+            process = spawn_agent(args, env=env, cwd=str(room.work))
+        except (OSError, SandboxUnavailable) as exc:
             return ExecutionResult.failed(f"could not start {command_line!r}: {exc}")
         control.attach(process)
         try:

@@ -94,7 +94,7 @@ default_tools_approval_mode = "approve"
     monkeypatch.setenv("CODEX_HOME", str(home))
     monkeypatch.setenv("FAKE_MODEL_API_KEY", "sk-test-not-a-secret")
     settings.WORKER_CODEX_BINARY = str(real_codex)
-    settings.WORKER_CODEX_WORKDIR = str(tmp_path / "work")
+    settings.WORKER_TASK_ROOT = str(tmp_path / "tasks")
     settings.WORKER_CODEX_SANDBOX = "read-only"
     settings.WORKER_CODEX_MODEL = MODEL
     settings.WORKER_CODEX_PRICES = PRICES
