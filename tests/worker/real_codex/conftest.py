@@ -70,7 +70,8 @@ def codex_setup(real_codex, model_server, tmp_path, settings, monkeypatch) -> Co
     """
     home = tmp_path / "codex-home"
     home.mkdir()
-    mcp_log = tmp_path / "mcp-calls.jsonl"
+    mcp_log = tmp_path / "mcp" / "calls.jsonl"
+    mcp_log.parent.mkdir()
     (home / "config.toml").write_text(
         f"""
 model = "{MODEL}"
@@ -94,6 +95,10 @@ default_tools_approval_mode = "approve"
     monkeypatch.setenv("CODEX_HOME", str(home))
     monkeypatch.setenv("FAKE_MODEL_API_KEY", "sk-test-not-a-secret")
     settings.WORKER_CODEX_BINARY = str(real_codex)
+    # What a deployment names too: the provider's key, and the agent's own MCP server's files.
+    settings.WORKER_AGENT_ENV = ["FAKE_MODEL_API_KEY"]
+    settings.WORKER_SANDBOX_READ_ONLY = [str(MCP_SERVER)]
+    settings.WORKER_SANDBOX_WRITABLE = [str(mcp_log.parent)]
     settings.WORKER_TASK_ROOT = str(tmp_path / "tasks")
     settings.WORKER_CODEX_SANDBOX = "read-only"
     settings.WORKER_CODEX_MODEL = MODEL
