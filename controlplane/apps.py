@@ -27,6 +27,13 @@ class ControlPlaneConfig(AppConfig):
 
         user_locked_out.connect(_sign_in_locked, dispatch_uid="controlplane_sign_in_locked")
 
+        from django.contrib.auth.signals import user_logged_in, user_login_failed
+
+        from controlplane.sign_in import sign_in_failed, sign_in_succeeded
+
+        user_login_failed.connect(sign_in_failed, dispatch_uid="controlplane_sign_in_failed")
+        user_logged_in.connect(sign_in_succeeded, dispatch_uid="controlplane_sign_in_succeeded")
+
 
 def _sign_in_locked(sender, request=None, username=None, ip_address=None, **kwargs) -> None:
     from controlplane.services.sign_in_locks import sign_in_lockout_record
