@@ -27,21 +27,25 @@ def storage(request):
 
 
 @pytest.fixture
-def hosts(codex_setup, tmp_path, monkeypatch):
-    """`hosts.use(name)`: the worker's CODEX_HOME becomes that host's own (same config)."""
+def hosts(codex_setup, tmp_path, monkeypatch, settings):
+    """`hosts.use(name)`: the worker's CODEX_HOME (its configuration) and its task rooms
+    become that host's own; `hosts.home(name, task)` is the task's CODEX_HOME there."""
 
     class Hosts:
-        def home(self, name):
-            home = tmp_path / f"host-{name}"
-            if not home.exists():
-                home.mkdir()
-                shutil.copy(codex_setup.home / "config.toml", home / "config.toml")
-            return home
+        def folder(self, name):
+            folder = tmp_path / f"host-{name}"
+            if not folder.exists():
+                (folder / "codex").mkdir(parents=True)
+                shutil.copy(codex_setup.home / "config.toml", folder / "codex" / "config.toml")
+            return folder
+
+        def home(self, name, task):
+            return self.folder(name) / "tasks" / f"task-{task.pk}" / "home" / ".codex"
 
         def use(self, name):
-            home = self.home(name)
-            monkeypatch.setenv("CODEX_HOME", str(home))
-            return home
+            folder = self.folder(name)
+            monkeypatch.setenv("CODEX_HOME", str(folder / "codex"))
+            settings.WORKER_TASK_ROOT = str(folder / "tasks")
 
     return Hosts()
 
@@ -83,7 +87,7 @@ def test_three_turns_on_three_hosts_continue_one_thread_and_bill_what_the_server
     assert task.cost_usd == cost_of(*requests)
     # every host now holds the thread; the record holds turn 3, as host c left it
     for host in ("a", "b", "c"):
-        assert session_files(thread_id=thread_id, home=hosts.home(host))
+        assert session_files(thread_id=thread_id, home=hosts.home(host, task))
     record = CodexSession.objects.get(thread_id=thread_id)
     assert (record.task_id, record.turn, record.error) == (task.pk, 3, "")
     assert record.stored_size < record.size
@@ -148,7 +152,7 @@ def test_a_corrupt_record_fails_the_resume_with_the_reason_and_runs_nothing(
     assert task.failure_reason.startswith(f"codex thread {task.thread_id} cannot be resumed: ")
     assert expected in task.failure_reason
     assert len(requests) == 1  # the CLI never ran for turn 2
-    assert not session_files(thread_id=task.thread_id, home=hosts.home("b"))
+    assert not session_files(thread_id=task.thread_id, home=hosts.home("b", task))
 
 
 def test_a_record_whose_checksum_does_not_match_is_refused(
