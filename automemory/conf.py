@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 
-# The MCP server of the memory tools (automemory/mcp_server.py): its calls are internal,
+# The MCP server of the memory tools (automemory/memory_relay.py): its calls are internal,
 # never external context, whatever the user lists in `internal_mcp_servers`.
 MEMORY_SERVER_NAME = "memory"
 

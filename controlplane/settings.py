@@ -331,11 +331,12 @@ WORKER_SANDBOX_READ_ONLY = env.list("WORKER_SANDBOX_READ_ONLY", default=[])
 WORKER_SANDBOX_WRITABLE = env.list("WORKER_SANDBOX_WRITABLE", default=[])
 WORKER_AGENT_ENV = env.list("WORKER_AGENT_ENV", default=[])
 # The memory tools (MCP server `memory`, docs/memory-tools.md): every agent run gets the
-# server and its turn's task key; the command line that serves it over stdio.
+# server and its turn's task key; the command line that serves it over stdio (the relay,
+# a single file that needs nothing of the project: no settings, no database).
 WORKER_MEMORY_TOOLS = env.bool("WORKER_MEMORY_TOOLS", default=True)
 WORKER_MEMORY_MCP_COMMAND = env.str(
     "WORKER_MEMORY_MCP_COMMAND",
-    default=shlex.join([sys.executable, str(BASE_DIR / "manage.py"), "memory_mcp"]),
+    default=shlex.join([sys.executable, str(BASE_DIR / "automemory" / "memory_relay.py")]),
 )
 # The control plane's API as the worker's agents reach it: the memory tools are its
 # `/memory-tools/...` endpoints (the stdio server above relays to them).

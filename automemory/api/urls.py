@@ -1,6 +1,6 @@
 from django.urls import path
 
-from automemory.api import views
+from automemory.api import memory_tools, views
 
 urlpatterns = [
     path(
@@ -21,5 +21,10 @@ urlpatterns = [
         "projects/<str:project_id>/memory-preview",
         views.MemoryPreviewView.as_view(),
         name="memory-preview",
+    ),
+    # The memory tools, under a task key (no trailing slash: the relay posts to the name).
+    *(
+        path(f"memory-tools/{tool}", view.as_view(), name=f"memory-tool-{tool}")
+        for tool, view in memory_tools.VIEWS.items()
     ),
 ]

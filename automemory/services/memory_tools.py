@@ -1,10 +1,11 @@
 """The memory tool: what a running task's agent may ask of memory, under its task key.
 
-Four calls, served over MCP by `manage.py memory_mcp` (automemory/mcp_server.py) and usable
-from any agent: `memory_search`, `memory_get`, `memory_cite`, `memory_report`. Every call
-names the task key the worker's claim minted for the running turn
-(`controlplane.services.task_keys`); the key is checked at each call, so it is refused as
-soon as the turn ends. It reaches exactly what the task may receive: the memories of
+Four calls, served as JSON endpoints of the API (`POST /memory-tools/<tool>`,
+automemory/api/memory_tools.py), which the agent's stdio MCP server `memory`
+(automemory/memory_relay.py) relays to: `memory_search`, `memory_get`, `memory_cite`,
+`memory_report`. Every call names the task key the worker's claim minted for the running
+turn (`controlplane.services.task_keys`); the key is checked at each call, so it is refused
+as soon as the turn ends. It reaches exactly what the task may receive: the memories of
 injection (`automemory.ranking`: the task's user's own, and the project's that the project
 sees or that are held for that user; active, not awaiting approval, not reported), none
 when `use_memories` is off for the task. Whatever a search or a get returns is recorded as
@@ -39,11 +40,57 @@ ABOUT = (
 )
 # A search query is read up to this many characters.
 MAX_QUERY_CHARS = 2000
+# The largest memory id (a 64-bit primary key).
+MAX_ID = 2**63 - 1
+# What an argument must be (the API's serializers say the same).
+QUERY_WANTED = "a non-empty string is required."
+ID_WANTED = "a memory id (a positive whole number) is required."
+IDS_WANTED = "a non-empty list of memory ids is required."
 
 
 class ToolRefused(Exception):
     """The call is refused: a bad or expired key, a throttle, or bad arguments. The message
-    is for the agent (it names nothing it may not see)."""
+    is for the agent (it names nothing it may not see); `status_code` is the API's."""
+
+    status_code = 400
+
+
+class KeyRefused(ToolRefused):
+    """The key is malformed or unknown, or its task's turn is over."""
+
+    status_code = 401
+
+
+class ToolThrottled(ToolRefused):
+    """Over the task's `memory_tool` rate or its user's `user` rate; `wait` seconds to go."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, wait: int) -> None:
+        super().__init__(message)
+        self.wait = wait
+
+
+class ArgumentRefused(ToolRefused):
+    """An argument the call cannot take: `field` names it, `message` says what is wanted."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class MemoryUnavailable(ToolRefused):
+    """A memory id the task may not reach (whether it exists or not)."""
+
+    status_code = 404
+
+
+class ToolConflict(ToolRefused):
+    """The state forbids it now: the task's reports are used up, or the memory was deleted
+    meanwhile."""
+
+    status_code = 409
 
 
 @dataclass(frozen=True)
@@ -56,19 +103,25 @@ class ToolScope:
     personal: bool
 
 
-def tool_scope(*, key: str, tool: str) -> ToolScope:
-    """Authenticate the key, throttle and log the call; `ToolRefused` when it may not run."""
+def tool_authenticate(*, key: object, tool: str) -> Task:
+    """The running task `key` was minted for; `KeyRefused` (logged) otherwise."""
     try:
-        task = task_key_authenticate(key=key)
+        return task_key_authenticate(key=key)
     except TaskKeyInvalid as exc:
         logger.warning("memory tool %s refused: %s", tool, exc)
-        raise ToolRefused(str(exc)) from None
+        raise KeyRefused(str(exc)) from None
+
+
+def tool_scope(*, key: object = None, task: Task | None = None, tool: str) -> ToolScope:
+    """Throttle and log the call of `task` (authenticated by the API), or of the task `key`
+    authenticates; `ToolRefused` when it may not run."""
+    if task is None:
+        task = tool_authenticate(key=key, tool=tool)
     for throttle in (MemoryToolThrottle(task_id=task.pk), UserThrottle()):
         if not throttle.allow_request(SimpleNamespace(user=task.user), None):
             logger.warning("memory tool %s throttled for task %s", tool, task.pk)
-            raise ToolRefused(
-                f"Too many memory tool calls; try again in {throttle.wait() or 1:.0f}s."
-            )
+            wait = max(1, round(throttle.wait() or 1))
+            raise ToolThrottled(f"Too many memory tool calls; try again in {wait}s.", wait=wait)
     preferences = injector.task_preferences(task)
     personal = preferences.use_memories and injector.personal_allowed(
         user_id=task.user_id, project_id=task.project_id, preferences=preferences
@@ -99,16 +152,19 @@ def _size(value: object) -> int:
     return len(json.dumps(value, ensure_ascii=False))
 
 
-def tool_search(*, key: str, query: object, limit: object = 5) -> dict:
+def tool_search(
+    *, key: object = None, task: Task | None = None, query: object, limit: object = 5
+) -> dict:
     """The memories the task may receive that best match `query`, best first, at most
     `limit` (1 to `AUTOMEMORY_SEARCH_MAX_RESULTS`), redacted, the answer within
-    `AUTOMEMORY_SEARCH_MAX_CHARS`; those returned are recorded as shown to the task."""
-    scope = tool_scope(key=key, tool="memory_search")
+    `AUTOMEMORY_SEARCH_MAX_CHARS`; those returned are recorded as shown to the task.
+    The task is the API's (`task`) or the one `key` authenticates (so for every tool)."""
+    scope = tool_scope(key=key, task=task, tool="memory_search")
     if not isinstance(query, str) or not query.strip():
-        raise ToolRefused("query: a non-empty string is required.")
+        raise ArgumentRefused("query", QUERY_WANTED)
     most = conf.get("SEARCH_MAX_RESULTS")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= most:
-        raise ToolRefused(f"limit: a whole number from 1 to {most} is required.")
+        raise ArgumentRefused("limit", f"a whole number from 1 to {most} is required.")
     answer: dict = {"about": ABOUT, "memories": [], "left_out_for_size": 0}
     if not scope.use_memories:
         answer["about"] = "Memory is off for this task (use_memories): nothing to search."
@@ -134,15 +190,15 @@ def tool_search(*, key: str, query: object, limit: object = 5) -> dict:
 
 
 def _memory_id(value: object, *, field: str = "id") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
-        raise ToolRefused(f"{field}: a memory id (a positive whole number) is required.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_ID:
+        raise ArgumentRefused(field, ID_WANTED)
     return value
 
 
-def tool_get(*, key: str, memory_id: object) -> dict:
+def tool_get(*, key: object = None, task: Task | None = None, memory_id: object) -> dict:
     """One memory the task may receive (recorded as shown); refused as not found for any
     other id, whether it exists or not."""
-    scope = tool_scope(key=key, tool="memory_get")
+    scope = tool_scope(key=key, task=task, tool="memory_get")
     pk = _memory_id(memory_id)
     memory = None
     if scope.use_memories:
@@ -153,17 +209,19 @@ def tool_get(*, key: str, memory_id: object) -> dict:
             personal=scope.personal,
         )
     if memory is None:
-        raise ToolRefused(f"No memory #{pk} for this task.")
+        raise MemoryUnavailable(f"No memory #{pk} for this task.")
     feedback.memories_shown_record(task=scope.task, memory_ids=[pk])
     return {"about": ABOUT, "memory": _memory_view(memory, max_chars=conf.get("SEARCH_MAX_CHARS"))}
 
 
-def tool_cite(*, key: str, ids: object, note: object = "") -> dict:
+def tool_cite(
+    *, key: object = None, task: Task | None = None, ids: object, note: object = ""
+) -> dict:
     """Count the task's use of the memories it names that it was shown (injected, or
     returned by search or get); others are listed as ignored."""
-    scope = tool_scope(key=key, tool="memory_cite")
+    scope = tool_scope(key=key, task=task, tool="memory_cite")
     if not isinstance(ids, list) or not ids:
-        raise ToolRefused("ids: a non-empty list of memory ids is required.")
+        raise ArgumentRefused("ids", IDS_WANTED)
     pks = [_memory_id(value, field="ids") for value in ids[: conf.get("CITES_PER_TASK")]]
     outcome = feedback.memory_cite(
         task=scope.task, memory_ids=pks, note=note if isinstance(note, str) else ""
@@ -171,14 +229,21 @@ def tool_cite(*, key: str, ids: object, note: object = "") -> dict:
     return {"counted": outcome.counted, "already": outcome.already, "ignored": outcome.ignored}
 
 
-def tool_report(*, key: str, memory_id: object, reason: object, note: object = "") -> dict:
+def tool_report(
+    *,
+    key: object = None,
+    task: Task | None = None,
+    memory_id: object,
+    reason: object,
+    note: object = "",
+) -> dict:
     """Report a memory the task was shown as wrong, outdated or unsafe: it leaves injection
     and search until a project owner reviews it. At most `AUTOMEMORY_REPORTS_PER_TASK`."""
-    scope = tool_scope(key=key, tool="memory_report")
+    scope = tool_scope(key=key, task=task, tool="memory_report")
     pk = _memory_id(memory_id)
     memory = IdentityMemory.objects.filter(pk=pk).first()
     if memory is None or not feedback.memories_shown_to(scope.task, [pk]):
-        raise ToolRefused(f"No memory #{pk} was shown to this task.")
+        raise MemoryUnavailable(f"No memory #{pk} was shown to this task.")
     try:
         feedback.memory_report(
             memory=memory,
@@ -188,7 +253,9 @@ def tool_report(*, key: str, memory_id: object, reason: object, note: object = "
             via=FeedbackVia.MCP,
         )
     except ReportLimitReached as exc:
-        raise ToolRefused(str(exc)) from None
+        raise ToolConflict(str(exc)) from None
     except DomainError as exc:
-        raise ToolRefused(f"{exc.field or 'error'}: {exc}") from None
+        if exc.field:
+            raise ArgumentRefused(exc.field, exc.message) from None
+        raise ToolConflict(str(exc)) from None
     return {"reported": pk, "held_for_review": True}

@@ -1,17 +1,23 @@
-"""`manage.py memory_mcp`: the `memory` MCP server over stdio, for one running turn.
+"""`manage.py memory_mcp`: the `memory` MCP server over stdio (automemory/memory_relay.py).
 
-The agent's MCP client starts it with the turn's task key in `CONTROLPLANE_MEMORY_TOKEN`
-(the worker's executors arrange that; docs/memory-tools.md). Its stdout is the protocol:
-logs go to stderr.
+A convenience: it replaces itself with the relay, which reaches the memory tools at
+`CONTROLPLANE_MEMORY_URL` under the task key in `CONTROLPLANE_MEMORY_TOKEN` and needs
+nothing of Django. Agents are given the relay's own command line
+(`WORKER_MEMORY_MCP_COMMAND`); see docs/memory-tools.md.
 """
+
+import os
+import sys
+from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from automemory.mcp_server import memory_server
+RELAY = Path(__file__).resolve().parents[2] / "memory_relay.py"
 
 
 class Command(BaseCommand):
-    help = "Serve the memory tools (MCP, stdio) to a running task's agent."
+    help = "Serve the memory tools (MCP, stdio) to a running task's agent: exec the relay."
 
     def handle(self, *args, **options):
-        memory_server().run("stdio")
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, str(RELAY)])

@@ -56,6 +56,13 @@ def server_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def local_url(host: str, port: int) -> str:
+    """The served address as a process on this host reaches it: a wildcard bind (0.0.0.0,
+    ::) is reached on the loopback address."""
+    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+    return server_url(wildcard.get(host, host), port)
+
+
 class Command(BaseCommand):
     help = (
         "Serve the API with gunicorn beside a worker until Ctrl-C or until one of them exits. "
@@ -81,6 +88,8 @@ class Command(BaseCommand):
             cache_dir.mkdir(mode=0o700, exist_ok=True)
             os.environ["CACHE_URL"] = f"filecache://{cache_dir}"
         url = server_url(*listener.getsockname()[:2])
+        # The worker's agents reach the memory tools at the address really served.
+        os.environ["WORKER_MEMORY_API_URL"] = local_url(*listener.getsockname()[:2])
         metrics_dir = None
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             # A new empty directory (as prometheus_client requires) the children inherit:
