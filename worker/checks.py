@@ -5,9 +5,10 @@ worker itself refuses to start with an unknown executor.
 """
 
 import shlex
+from pathlib import Path
 
 from django.conf import settings
-from django.core.checks import Warning, register
+from django.core.checks import Tags, Warning, register
 
 from controlplane.pricing import PriceTable
 
@@ -78,4 +79,85 @@ def _codex_settings_problems() -> list[Warning]:
     problems.extend(
         Warning(problem, id="worker.W005") for problem in table.problems(require_default=False)
     )
+    return problems
+
+
+@register()
+def worker_sandbox_check(app_configs=None, **kwargs) -> list[Warning]:
+    """The agent's world: a known sandbox mode, no control-plane secret handed to agents, no
+    control-plane folder shown to them."""
+    from worker.sandbox import CONTROL_PLANE_SECRET_NAMES, SANDBOX_MODES
+
+    problems = []
+    if settings.WORKER_SANDBOX not in SANDBOX_MODES:
+        problems.append(
+            Warning(
+                f"WORKER_SANDBOX {settings.WORKER_SANDBOX!r} is not one of "
+                f"{', '.join(SANDBOX_MODES)}; agents run as with 'auto'.",
+                id="worker.W007",
+            )
+        )
+    secrets = sorted(set(settings.WORKER_AGENT_ENV) & CONTROL_PLANE_SECRET_NAMES)
+    if secrets:
+        problems.append(
+            Warning(
+                f"WORKER_AGENT_ENV names the control plane's own secrets ({', '.join(secrets)}): "
+                "they are never handed to agents.",
+                id="worker.W008",
+            )
+        )
+    checkout, var = Path(settings.BASE_DIR).resolve(), Path(settings.VAR_DIR).resolve()
+    for name in ("WORKER_SANDBOX_READ_ONLY", "WORKER_SANDBOX_WRITABLE"):
+        for raw in getattr(settings, name):
+            shown = Path(raw).resolve()
+            holds_private = shown == checkout or shown in checkout.parents
+            if holds_private or shown == var or var in shown.parents:
+                problems.append(
+                    Warning(
+                        f"{name} shows agents {raw}, which holds the control plane's own files "
+                        "(its settings, var/, the SQLite database): name a folder of the "
+                        "agent's own instead.",
+                        id="worker.W009",
+                    )
+                )
+    return problems
+
+
+@register(Tags.security, deploy=True)
+def worker_isolation_deploy_check(app_configs=None, **kwargs) -> list[Warning]:
+    """`check --deploy`: agents that run unsandboxed, and a database that agents on a worker
+    host could reach without a password."""
+    from worker.sandbox import sandbox_mode
+
+    problems = []
+    try:
+        mode = sandbox_mode()
+    except Exception as exc:
+        mode = f"unavailable ({exc})"
+    if mode != "bwrap":
+        problems.append(
+            Warning(
+                f"Agents run without a sandbox (WORKER_SANDBOX={settings.WORKER_SANDBOX}, "
+                f"in effect: {mode}): a hijacked agent can read every file the worker can, "
+                "the SQLite database and other tasks' folders included.",
+                hint="Install bubblewrap (Debian: apt-get install bubblewrap) and leave "
+                "WORKER_SANDBOX at auto or bwrap.",
+                id="worker.W010",
+            )
+        )
+    for alias, database in settings.DATABASES.items():
+        host = database.get("HOST") or ""
+        tcp = host and not host.startswith("/")
+        if database["ENGINE"].endswith("postgresql") and tcp and not database.get("PASSWORD"):
+            problems.append(
+                Warning(
+                    f"Database {alias!r} is reached at {host} without a password: agents "
+                    "share the worker "
+                    "host's network, and a server that trusts that host lets them in "
+                    "without the URL.",
+                    hint="Give the database user a password and require it (scram-sha-256 "
+                    "in pg_hba.conf) for the worker hosts' addresses.",
+                    id="worker.W011",
+                )
+            )
     return problems

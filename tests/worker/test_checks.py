@@ -38,3 +38,58 @@ def test_a_finish_retry_shorter_than_the_stale_threshold_is_reported(settings):
     assert ids() == ["worker.W006"]
     settings.WORKER_FINISH_RETRY_SECONDS = 60
     assert ids() == []
+
+
+# --- The agent's world --------------------------------------------------------------------
+
+
+def sandbox_ids():
+    from worker.checks import worker_isolation_deploy_check, worker_sandbox_check
+
+    return [p.id for p in [*worker_sandbox_check(), *worker_isolation_deploy_check()]]
+
+
+def test_an_unknown_sandbox_mode_and_secret_names_for_agents_are_reported(settings):
+    settings.WORKER_SANDBOX = "docker"
+    settings.WORKER_AGENT_ENV = ["OPENAI_API_KEY", "DATABASE_URL"]
+    found = sandbox_ids()
+    assert "worker.W007" in found and "worker.W008" in found
+    settings.WORKER_SANDBOX = "auto"
+    settings.WORKER_AGENT_ENV = ["OPENAI_API_KEY"]
+    assert not {"worker.W007", "worker.W008"} & set(sandbox_ids())
+
+
+def test_showing_agents_the_control_plane_s_folders_is_reported(settings, tmp_path):
+    for shown in (settings.BASE_DIR, settings.VAR_DIR / "tasks", "/"):
+        settings.WORKER_SANDBOX_READ_ONLY = [str(shown)]
+        assert "worker.W009" in sandbox_ids(), shown
+    settings.WORKER_SANDBOX_READ_ONLY = [str(tmp_path)]
+    assert "worker.W009" not in sandbox_ids()
+
+
+def test_the_deploy_check_warns_when_agents_run_unsandboxed(settings):
+    settings.WORKER_SANDBOX = "none"
+    assert "worker.W010" in sandbox_ids()
+    settings.WORKER_SANDBOX = "auto"
+    settings.WORKER_SANDBOX_BINARY = "no-such-bwrap"
+    assert "worker.W010" in sandbox_ids()
+
+
+def test_the_deploy_check_warns_about_a_database_reached_without_a_password(settings):
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": "cp", "USER": "postgres"}
+    settings.DATABASES = {"default": {**database, "HOST": "127.0.0.1", "PASSWORD": ""}}
+    assert "worker.W011" in sandbox_ids()
+    settings.DATABASES = {"default": {**database, "HOST": "127.0.0.1", "PASSWORD": "s3cret"}}
+    assert "worker.W011" not in sandbox_ids()
+    settings.DATABASES = {"default": {**database, "HOST": "/var/run/postgresql"}}
+    assert "worker.W011" not in sandbox_ids()  # the socket is not shown to sandboxed agents
+
+
+def test_a_worker_asked_for_bubblewrap_that_cannot_run_it_refuses_to_start(settings):
+    import pytest
+    from django.core.management import CommandError, call_command
+
+    settings.WORKER_SANDBOX = "bwrap"
+    settings.WORKER_SANDBOX_BINARY = "no-such-bwrap"
+    with pytest.raises(CommandError, match="no-such-bwrap"):
+        call_command("run_worker", "--once", "--executor", "command")

@@ -425,6 +425,7 @@ class CodexExecutor:
     """Runs the codex CLI (settings `WORKER_CODEX_*`), one process per turn."""
 
     name = "codex"
+    runs_agents = True  # started in the task's sandbox (worker/sandbox.py)
 
     def resumes(self, request: ExecutionRequest) -> bool:
         return bool(request.thread_id) and (request.turn > 1 or request.is_resume)

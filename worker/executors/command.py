@@ -38,6 +38,7 @@ class CommandExecutor:
     """
 
     name = "command"
+    runs_agents = True  # started in the task's sandbox (worker/sandbox.py)
 
     def execute(self, request: ExecutionRequest, *, control: ExecutionControl) -> ExecutionResult:
         command_line = settings.WORKER_COMMAND.strip()

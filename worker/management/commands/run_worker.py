@@ -1,11 +1,16 @@
 """`manage.py run_worker`: a thin command over `worker.loop.Worker`."""
 
+import logging
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from worker import sandbox
 from worker.executors import EXECUTORS, UnknownExecutor, executor_get
 from worker.loop import ROLES, Worker
 from worker.metrics_server import MetricsServer
+
+logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -58,6 +63,11 @@ class Command(BaseCommand):
             chosen = executor_get(name=executor or settings.WORKER_EXECUTOR or "echo")
         except UnknownExecutor as exc:
             raise CommandError(str(exc)) from None
+        if getattr(chosen, "runs_agents", False) and role != "sweeper":
+            try:
+                logger.info("agents run with WORKER_SANDBOX=%s", sandbox.sandbox_mode())
+            except sandbox.SandboxUnavailable as exc:
+                raise CommandError(f"WORKER_SANDBOX=bwrap, but {exc}") from None
         worker = Worker(
             executor=chosen, worker_id=worker_id, poll_interval=poll_interval, role=role
         )
