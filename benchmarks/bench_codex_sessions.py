@@ -97,7 +97,7 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
         print("  (the real codex CLI is not installed: run `make codex-cli`)")
         return
     settings.WORKER_CODEX_BINARY = str(binary)
-    settings.WORKER_TASK_ROOT = str(work / "tasks")
+    settings.WORKER_AGENT_ENV = ["FAKE_MODEL_API_KEY"]
     settings.WORKER_CODEX_SANDBOX = "read-only"
     settings.WORKER_CODEX_MODEL = "bench-model"
     os.environ["FAKE_MODEL_API_KEY"] = "sk-bench-not-a-secret"
@@ -124,7 +124,10 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
                 Task.objects.filter(pk=task.pk).update(
                     status=TaskStatus.QUEUED, turn=turn, continuation_prompt=f"Now step {turn}"
                 )
-            os.environ["CODEX_HOME"] = str(homes[(turn - 1) % len(homes)])
+            # each turn on the next host: its codex configuration and its task rooms
+            host = homes[(turn - 1) % len(homes)]
+            os.environ["CODEX_HOME"] = str(host)
+            settings.WORKER_TASK_ROOT = str(host / "tasks")
             Worker(
                 executor=CodexExecutor(),
                 worker_id=f"bench-{turn % 3}",
@@ -136,7 +139,7 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
                 raise SystemExit(f"turn {turn} failed: {task.failure_reason}")
             record = CodexSession.objects.get(thread_id=task.thread_id)
             restore = timed.seconds("restore", turn)
-            home = Path(os.environ["CODEX_HOME"])
+            home = host / "tasks" / f"task-{task.pk}" / "home" / ".codex"
             files = sum(
                 p.stat().st_size for p in session_files(thread_id=task.thread_id, home=home)
             )
