@@ -1,6 +1,7 @@
 """The worker gives each run its memory tools: a key minted by the claim (no statement of
-its own), valid while the turn runs; the `command` executor's environment; the `codex`
-executor's `-c mcp_servers.memory.*` overrides; the memory server's calls are internal."""
+its own), valid while the turn runs; the `command` executor's environment (the key, the
+API's address, the relay's command line: no database settings); the `codex` executor's
+`-c mcp_servers.memory.*` overrides; the memory server's calls are internal."""
 
 import json
 import shlex
@@ -16,7 +17,7 @@ from automemory.services.memory_tools import ToolRefused, tool_search
 from controlplane.models import Task, TaskEvent, TaskStatus
 from controlplane.services.task_keys import TASK_KEY_ENV, task_key_authenticate, task_key_hash
 from worker.executors import ExecutionRequest, ExecutionResult
-from worker.executors.base import MEMORY_COMMAND_ENV, ExecutionControl
+from worker.executors.base import MEMORY_COMMAND_ENV, MEMORY_URL_ENV, ExecutionControl
 from worker.executors.codex import CodexExecutor
 from worker.executors.command import CommandExecutor
 from worker.services import task_claim_next
@@ -77,46 +78,116 @@ def _request(**fields):
     return ExecutionRequest(**{**values, **fields})
 
 
-def test_the_command_executor_gets_the_key_and_the_server_command(tmp_path, settings):
+MEMORY_NAMES = (TASK_KEY_ENV, MEMORY_URL_ENV, MEMORY_COMMAND_ENV, "DATABASE_URL")
+
+
+def test_the_default_memory_server_is_the_relay(settings):
+    from controlplane import settings as production
+
+    relay = Path(production.BASE_DIR) / "automemory" / "memory_relay.py"
+    assert shlex.split(production.WORKER_MEMORY_MCP_COMMAND) == [sys.executable, str(relay)]
+    assert "manage.py" not in production.WORKER_MEMORY_MCP_COMMAND
+
+
+def test_the_command_executor_gets_the_key_the_address_and_the_relay(
+    tmp_path, settings, monkeypatch
+):
+    monkeypatch.setenv("DATABASE_URL", "postgres://worker:pw@db/controlplane")
     script = tmp_path / "agent.py"
     script.write_text(
         textwrap.dedent(
             f"""
             import json, os
-            print(json.dumps({{k: os.environ.get(k) for k in
-                              ({TASK_KEY_ENV!r}, {MEMORY_COMMAND_ENV!r})}}))
+            print(json.dumps({{k: os.environ.get(k) for k in {MEMORY_NAMES!r}}}))
             """
         )
     )
     settings.WORKER_COMMAND = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
-    settings.WORKER_MEMORY_MCP_COMMAND = "/opt/python manage.py memory_mcp"
+    settings.WORKER_MEMORY_MCP_COMMAND = "/opt/python /srv/app/automemory/memory_relay.py"
+    settings.WORKER_MEMORY_API_URL = "http://127.0.0.1:8123"
     result = CommandExecutor().execute(
         _request(memory_key="cpm_" + "k" * 43), control=ExecutionControl()
     )
     assert json.loads(result.result_text) == {
         TASK_KEY_ENV: "cpm_" + "k" * 43,
-        MEMORY_COMMAND_ENV: "/opt/python manage.py memory_mcp",
+        MEMORY_URL_ENV: "http://127.0.0.1:8123",
+        MEMORY_COMMAND_ENV: "/opt/python /srv/app/automemory/memory_relay.py",
+        "DATABASE_URL": None,
     }
     settings.WORKER_MEMORY_TOOLS = False
     result = CommandExecutor().execute(
         _request(memory_key="cpm_" + "k" * 43), control=ExecutionControl()
     )
-    assert json.loads(result.result_text) == {TASK_KEY_ENV: None, MEMORY_COMMAND_ENV: None}
+    assert json.loads(result.result_text) == dict.fromkeys(MEMORY_NAMES)
+
+
+# An agent for the `command` executor that starts the memory server as docs/memory-tools.md
+# shows (its command line from CONTROLPLANE_MEMORY_MCP_COMMAND, its own environment) and
+# prints the answer of one search, and what its environment says of the database.
+RELAYING_AGENT = """
+import asyncio, json, os, shlex, sys
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+async def main():
+    command, *args = shlex.split(os.environ["CONTROLPLANE_MEMORY_MCP_COMMAND"])
+    server = StdioServerParameters(command=command, args=args, env=dict(os.environ))
+    async with Client(server) as memory:
+        found = await memory.call_tool("memory_search", {"query": sys.stdin.read(), "limit": 3})
+        print(json.dumps({
+            "answer": json.loads(found.content[0].text),
+            "database_url": os.environ.get("DATABASE_URL"),
+        }))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_command_agent_starts_the_relay_and_searches_through_the_api(
+    tmp_path,
+    settings,
+    monkeypatch,
+    live_server,
+    project,
+    alice,
+    task_factory,
+    memory_factory,
+    auto_memory_on,
+    worker_factory,
+):
+    monkeypatch.setenv("DATABASE_URL", "postgres://canary:canary@127.0.0.1:9/nowhere")
+    auto_memory_on(alice, injection_ranking="relevant")
+    memory = memory_factory(project=project, content="Migrations run with make migrate.")
+    script = tmp_path / "relaying_agent.py"
+    script.write_text(RELAYING_AGENT)
+    settings.WORKER_COMMAND = shlex.join([sys.executable, str(script)])
+    settings.WORKER_MEMORY_API_URL = live_server.url
+    task = task_factory(project, alice, prompt="migrations")
+
+    worker_factory(CommandExecutor()).run_once()
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED, task.failure_reason
+    printed = json.loads(task.result_text)
+    assert [m["id"] for m in printed["answer"]["memories"]] == [memory.pk]
+    assert printed["database_url"] is None
 
 
 def test_codex_gets_the_memory_server_by_name_never_the_key_on_its_command_line(tmp_path, settings):
     settings.WORKER_CODEX_BINARY = "codex"
-    settings.WORKER_MEMORY_MCP_COMMAND = "/opt/py/bin/python /srv/app/manage.py memory_mcp"
+    settings.WORKER_MEMORY_MCP_COMMAND = "/opt/py/bin/python /srv/app/automemory/memory_relay.py"
     key = "cpm_" + "s" * 43
     env = {"PATH": "/bin", "DATABASE_URL": "postgres://u:pw@db/x", TASK_KEY_ENV: key}
+    env[MEMORY_URL_ENV] = "http://127.0.0.1:8000"
     env[MEMORY_COMMAND_ENV] = settings.WORKER_MEMORY_MCP_COMMAND
     args = CodexExecutor().command_line(_request(memory_key=key), workdir=Path(tmp_path), env=env)
     overrides = [args[i + 1] for i, arg in enumerate(args) if arg == "-c"]
     assert overrides == [
         'mcp_servers.memory.command="/opt/py/bin/python"',
-        'mcp_servers.memory.args=["/srv/app/manage.py", "memory_mcp"]',
-        "mcp_servers.memory.env_vars="
-        + json.dumps(sorted(["PATH", "DATABASE_URL", TASK_KEY_ENV, MEMORY_COMMAND_ENV])),
+        'mcp_servers.memory.args=["/srv/app/automemory/memory_relay.py"]',
+        # The relay inherits its key and the API's address, never the database's.
+        "mcp_servers.memory.env_vars=" + json.dumps(sorted(["PATH", TASK_KEY_ENV, MEMORY_URL_ENV])),
         'mcp_servers.memory.default_tools_approval_mode="approve"',
         "mcp_servers.memory.startup_timeout_sec=20",
         "mcp_optional_startup_grace_ms=20000",

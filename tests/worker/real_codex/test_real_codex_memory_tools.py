@@ -1,27 +1,30 @@
-"""The memory tools from inside a real `codex` run: the CLI starts `manage.py memory_mcp`
-(as the `codex` executor configures it) and the model calls `memory_search`, `memory_cite`
-and `memory_report` through it, under the turn's task key.
+"""The memory tools from inside a real `codex` run: the CLI starts the `memory` relay
+(automemory/memory_relay.py, as the `codex` executor configures it) and the model calls
+`memory_search`, `memory_cite` and `memory_report` through it, under the turn's task key.
 
-The MCP server is a process of its own, so it must reach the test database: these run on
-PostgreSQL, with committed rows (`transaction=True`).
+The relay holds no database credentials: it posts each call to the API, here a live test
+server (`live_server`: committed rows, `transaction=True`), on every database.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 
 import pytest
 
 from automemory.models import AutoMemoryLog, FeedbackKind, MemoryFeedback
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories as real_inject_memories
-from automemory.services.memory_tools import ToolRefused, tool_search
 from controlplane.models import IdentityMemory, MonthlySpend, TaskEvent, TaskStatus, UsageRecord
-from tests.automemory.processes import database_url
 from tests.worker.real_codex.responses_server import Reply, mcp_tool_call, message
 from worker.executors.codex import CodexExecutor
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
+# What the worker's environment says about the database: nothing the agent's side may use
+# (were the relay to read it, every call would fail).
+UNUSABLE_DATABASE_URL = "postgres://canary:canary@127.0.0.1:9/not-the-test-database"
 
 RESULT = "Sessions expire after 15 minutes; SESSION_COOKIE_AGE sets it.\nMemories used: #{cited}"
 SECRET_NOTE = "moved to vault; the old password=hunter2hunter2 no longer works"
@@ -40,13 +43,36 @@ class KeyKeepingCodex(CodexExecutor):
         return super().execute(request, control=control)
 
 
+def tool_status(url: str, key: str, tool: str, body: dict) -> int:
+    """The API's status for one call of a tool with `key`, as the relay would make it."""
+    request = urllib.request.Request(
+        f"{url}/memory-tools/{tool}",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 @pytest.fixture
 def memory_setup(
-    codex_setup, monkeypatch, settings, project, alice, memory_factory, auto_memory_on
+    codex_setup,
+    live_server,
+    monkeypatch,
+    settings,
+    project,
+    alice,
+    memory_factory,
+    auto_memory_on,
 ):
     settings.WORKER_MEMORY_TOOLS = True
-    # The memory server the CLI starts reads the test database.
-    monkeypatch.setenv("DATABASE_URL", database_url())
+    # The relay the CLI starts reaches the tools at the live server, with the key only.
+    settings.WORKER_MEMORY_API_URL = live_server.url
+    monkeypatch.setenv("DATABASE_URL", UNUSABLE_DATABASE_URL)
     monkeypatch.setattr("automemory.services.injector.inject_memories", real_inject_memories)
     auto_memory_on(alice, injection_ranking="relevant", min_result_chars=10)
     right = memory_factory(
@@ -77,7 +103,7 @@ def answer_of(request, call_id: str):
 
 
 def test_an_agent_searches_cites_and_reports_through_the_memory_server(
-    codex_setup, memory_setup, project, alice, task_factory, worker_factory
+    codex_setup, memory_setup, live_server, project, alice, task_factory, worker_factory
 ):
     right, stale = memory_setup
     server = codex_setup.server
@@ -112,14 +138,14 @@ def test_an_agent_searches_cites_and_reports_through_the_memory_server(
     assert task.status == TaskStatus.COMPLETED, task.failure_reason
     requests = server.model_requests()
     assert len(requests) == 4
-    # The key was accepted during the run: each call answered from the database.
+    # The key was accepted during the run: each call answered by the API, though the
+    # worker's DATABASE_URL names no database.
     found = answer_of(requests[1], "c1")
     assert {m["id"] for m in found["memories"]} == {right.pk, stale.pk}
     assert answer_of(requests[2], "c2")["counted"] == [right.pk]
     assert answer_of(requests[3], "c3") == {"reported": stale.pk, "held_for_review": True}
     # ... and refused once the turn ended.
-    with pytest.raises(ToolRefused, match="not running"):
-        tool_search(key=executor.keys[0], query="session", limit=1)
+    assert tool_status(live_server.url, executor.keys[0], "memory_search", {"query": "x"}) == 401
 
     # The citation (the tool's and the result line's: once) and the report are recorded.
     right.refresh_from_db()
@@ -203,7 +229,7 @@ def test_a_report_flood_from_one_run_holds_three_memories_at_most(
     codex_setup, memory_setup, project, alice, memory_factory, task_factory, worker_factory
 ):
     """An agent told to report everything it sees: the fourth report and later are refused
-    (AUTOMEMORY_REPORTS_PER_TASK, 3 by default, in the server's own settings)."""
+    (AUTOMEMORY_REPORTS_PER_TASK, 3 by default, in the API's settings)."""
     shown = list(memory_setup) + [
         memory_factory(project=project, content=f"Session expiry note {i}.") for i in range(3)
     ]
