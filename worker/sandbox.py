@@ -104,6 +104,25 @@ def task_room(*, task_id: int) -> TaskRoom:
     return room
 
 
+def links_removed(folder: Path) -> int:
+    """Remove every symbolic link (and other non-file, non-folder entry) under `folder`, and
+    `folder` itself when it is one; how many went. Run on the agent's folders before the
+    worker reads or writes in them, once the agent has exited: a link the agent planted
+    (`sessions/... -> var/controlplane.sqlite3`) would otherwise make the worker read or write
+    through it outside the room."""
+    removed = 0
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink()
+        return 1
+    for top, folders, files in os.walk(folder, followlinks=False):
+        for name in [*folders, *files]:
+            path = Path(top) / name
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                path.unlink()
+                removed += 1
+    return removed
+
+
 def agent_env(*, room: TaskRoom, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The whole environment an agent starts with: the base names and `WORKER_AGENT_ENV`
     taken from the worker's environment, `HOME` and `TMPDIR` in the task's room, then `extra`

@@ -1,5 +1,6 @@
 """The `codex` executor against a fake `codex` binary that prints a realistic event stream."""
 
+import gzip
 import json
 import logging
 import sys
@@ -20,7 +21,7 @@ from worker.executors.codex import (
     turn_usage,
     usage_price,
 )
-from worker.models import TaskRun
+from worker.models import CodexSession, TaskRun
 
 FAKE = Path(__file__).with_name("fake_codex.py")
 NEW_THREAD = "0199a213-81c0-7800-8aa1-bbab2a035a53"
@@ -554,3 +555,41 @@ def test_codex_settings_are_checked(settings):
     assert any("lacks output" in message for message in messages)
     settings.WORKER_CODEX_PRICES = "cheap"
     assert ids() == ["worker.W005"]
+
+
+def test_links_an_agent_plants_in_its_codex_home_are_never_followed(
+    codex, settings, tmp_path, project, task_factory, worker_factory
+):
+    """A hijacked agent links its session file to the worker's database and its config file
+    to a file of the control plane: the worker neither stores the one nor overwrites the
+    other, and the next turn gets a real copy of the configuration."""
+    codex.session_record()
+    secret = tmp_path / "controlplane.sqlite3"
+    secret.write_text("SQLite format 3 the worker's database")
+    victim = tmp_path / "settings.py"
+    victim.write_text("SECRET_KEY = 'left alone'")
+    (tmp_path / "codex-home" / "config.toml").write_text('model = "worker-config"\n')
+    plant = tmp_path / "bin" / "codex"
+    plant.write_text(
+        "#!/bin/sh\n"
+        f'{sys.executable} {FAKE} "$@"; status=$?\n'
+        'for f in "$CODEX_HOME"/sessions/*/*/*/rollout-*.jsonl; do\n'
+        f'  ln -sf {secret} "$f"\ndone\n'
+        f'ln -sf {victim} "$CODEX_HOME/config.toml"\n'
+        "exit $status\n"
+    )
+    task = task_factory(project, prompt="Fix the login bug")
+    worker = worker_factory(CodexExecutor())
+
+    worker.run_once()
+    task.refresh_from_db()
+    task.status, task.turn, task.continuation_prompt = TaskStatus.QUEUED, 2, "Again"
+    task.save()
+    worker.run_once()
+
+    assert victim.read_text() == "SECRET_KEY = 'left alone'"
+    home = Path(settings.WORKER_TASK_ROOT) / f"task-{task.pk}" / "home" / ".codex"
+    for record in CodexSession.objects.all():
+        stored = gzip.decompress(bytes(record.data or b""))
+        assert b"the worker's database" not in stored
+    assert not any(path.is_symlink() for path in (home / "sessions").rglob("*"))

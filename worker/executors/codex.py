@@ -48,7 +48,14 @@ from worker.executors.base import (
     stderr_tail,
 )
 from worker.executors.codex_sessions import session_files
-from worker.sandbox import SandboxUnavailable, TaskRoom, agent_env, sandboxed, task_room
+from worker.sandbox import (
+    SandboxUnavailable,
+    TaskRoom,
+    agent_env,
+    links_removed,
+    sandboxed,
+    task_room,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -169,16 +176,26 @@ def codex_home() -> Path:
 
 
 def task_codex_home(room: TaskRoom) -> Path:
-    """The task's own CODEX_HOME, with the worker's configuration files as they are now."""
+    """The task's own CODEX_HOME, with the worker's configuration files as they are now.
+
+    The folder is the agent's to write in: links it left there are removed first
+    (`links_removed`), and the files are written anew, never through what stands there."""
     home = room.home / ".codex"
+    links_removed(home)
     home.mkdir(mode=0o700, exist_ok=True)
+    links_removed(home / "sessions")
     source = codex_home()
     for name in CODEX_CONFIG_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, home / name)
-            os.chmod(home / name, 0o600)
+        target = home / name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
         else:
-            (home / name).unlink(missing_ok=True)
+            target.unlink(missing_ok=True)
+        if (source / name).is_file():
+            with (source / name).open("rb") as original:
+                descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(descriptor, "wb") as copy:
+                    shutil.copyfileobj(original, copy)
     return home
 
 
@@ -515,6 +532,9 @@ class CodexExecutor:
             control.detach()
             stderr_reader.join(timeout=5)
         stderr_text = "".join(stderr_lines)
+        planted = links_removed(home / "sessions")  # the agent has exited: nothing races this
+        if planted:
+            logger.warning("codex: task %s left %d links in its sessions", request.task_id, planted)
         thread_id = stream.thread_id or request.thread_id
         resumed = resumes and thread_id == request.thread_id
         after = session_record_read(thread_id=thread_id, home=home) if thread_id else None
