@@ -102,12 +102,14 @@ def retry_while_unreachable(
     first_delay: float = 0.25,
     max_delay: float = 2.0,
     on_retry: Callable[[], None] = lambda: None,
+    retrying: str = "retrying",
 ) -> T:
     """`action()`, repeated while it fails on a connection error, `first_delay` doubling up to
     `max_delay` (with a little jitter) between attempts, for up to `seconds` in all.
 
     Any other exception is raised at once. Raises `GaveUp` (from the last connection error)
     when the time is up or `should_stop()` turns true; `on_retry` runs before each retry.
+    `retrying` says in the outage's warning what happens meanwhile.
     """
     deadline = time.monotonic() + seconds
     delay = first_delay
@@ -115,7 +117,7 @@ def retry_while_unreachable(
         try:
             result = action()
         except CONNECTION_ERRORS as exc:
-            outage.failed(exc)
+            outage.failed(exc, retrying=retrying)
             left = deadline - time.monotonic()
             if left <= 0 or should_stop():
                 raise GaveUp(f"{outage.what}: gave up after {seconds:g}s") from exc

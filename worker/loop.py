@@ -49,6 +49,10 @@ logger = logging.getLogger(__name__)
 ROLES = ("all", "tasks", "sweeper")
 # How long `run_once` waits for the sweep lease while another worker sweeps.
 ONCE_SWEEP_WAIT_SECONDS = 30.0
+# A worker that starts while the database is unreachable retries its registration this often:
+# the first pause, doubling (with jitter) up to the last, until it is back or a signal.
+STARTUP_RETRY_FIRST_SECONDS = 1.0
+STARTUP_RETRY_MAX_SECONDS = 30.0
 
 
 class WorkerAbort(BaseException):
@@ -129,7 +133,8 @@ class Worker:
 
         With role `sweeper`, only the sweeper runs (in this thread) until the stop.
         """
-        self._started()
+        if not self._started():
+            return
         try:
             if self.role == "sweeper":
                 while not self.stopping:
@@ -159,7 +164,8 @@ class Worker:
     def run_once(self) -> RoundReport:
         """Process every task queued when called (and nothing queued later), then one sweep
         (waiting a little while another worker sweeps; skipped when it keeps the lease)."""
-        self._started(sweeper_thread=False)
+        if not self._started(sweeper_thread=False):
+            return RoundReport()
         try:
             report = RoundReport()
             if self.role != "sweeper":
@@ -506,9 +512,14 @@ class Worker:
                 return
             time.sleep(min(left, 0.1))
 
-    def _started(self, *, sweeper_thread: bool = True) -> None:
+    def _started(self, *, sweeper_thread: bool = True) -> bool:
+        """Register, start the background threads; False (nothing started) when a signal
+        asked to stop while the database was still unreachable."""
         self._log_context.enter_context(log_context(worker_id=self.worker_id))
-        services.worker_register(worker_id=self.worker_id, executor=self.executor.name)
+        if not self._register():
+            logger.info("worker %s stopped before the database was reachable", self.worker_id)
+            self._log_context.close()
+            return False
         logger.info(
             "worker %s started (executor %s, poll %.2gs)",
             self.worker_id,
@@ -520,6 +531,30 @@ class Worker:
         if sweeper_thread and self.role == "all":
             self._sweeper_thread = SweeperThread(sweeper=self.sweeper, interval=self.sweep_interval)
             self._sweeper_thread.start()
+        return True
+
+    def _register(self) -> bool:
+        """`worker_register`, waiting while the database is unreachable (a host's reboot, a
+        failover, every worker of a deployment starting at once): one warning, retries from
+        STARTUP_RETRY_FIRST_SECONDS doubling to STARTUP_RETRY_MAX_SECONDS, one line when it is
+        back. False when a signal asked to stop meanwhile."""
+        outage = faults.Outage(f"worker {self.worker_id} start-up", logger=logger)
+        try:
+            faults.retry_while_unreachable(
+                lambda: services.worker_register(
+                    worker_id=self.worker_id, executor=self.executor.name
+                ),
+                outage=outage,
+                seconds=float("inf"),
+                should_stop=lambda: self.stopping,
+                first_delay=STARTUP_RETRY_FIRST_SECONDS,
+                max_delay=STARTUP_RETRY_MAX_SECONDS,
+                retrying=f"waiting for it (retrying every {STARTUP_RETRY_FIRST_SECONDS:g}"
+                f" to {STARTUP_RETRY_MAX_SECONDS:g}s)",
+            )
+        except faults.GaveUp:
+            return False
+        return True
 
     def _stopped(self) -> None:
         if self._sweeper_thread is not None:
