@@ -7,7 +7,7 @@ permission get 403. Staff have no special rights over projects.
 from functools import lru_cache
 
 from django.db import connection
-from django.db.models import Exists, Model, OuterRef, Q, QuerySet
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet, Subquery
 from rest_framework.exceptions import NotFound, PermissionDenied
 
 from controlplane.models import (
@@ -158,15 +158,38 @@ def _with_role_sql(model: type[Model], related: tuple[str, ...], vendor: str) ->
         )
     pk = f"o.{qn(model._meta.pk.column)}"
     project = pk if model is Project else f"o.{column(model, 'project')}"
-    role = (
-        f"SELECT m.{column(Membership, 'role')} FROM {table(Membership)} m "
-        f"WHERE m.{column(Membership, 'project')} = {project} "
-        f"AND m.{column(Membership, 'user')} = %s LIMIT 1"
-    )
+    role = member_role_sql(project_id_sql=project, user_id_sql="%s")
     return (
         f"SELECT {', '.join(columns)}, ({role}) FROM {table(model)} o {' '.join(joins)} "
         f"WHERE {pk} = %s"
     )
+
+
+def member_role_sql(*, project_id_sql: str, user_id_sql: str) -> str:
+    """The user's role in the project as a scalar subquery on the SQL expressions given (NULL
+    for a non-member), for statements that fold the access check into their own read."""
+    return (
+        f"SELECT m.{column(Membership, 'role')} FROM {table(Membership)} m "
+        f"WHERE m.{column(Membership, 'project')} = {project_id_sql} "
+        f"AND m.{column(Membership, 'user')} = {user_id_sql} LIMIT 1"
+    )
+
+
+def task_user_role() -> Subquery:
+    """For a query over tasks: the role of each task's own user in its project (NULL once
+    they are no longer a member), to be checked with `task_user_may_read`."""
+    return Subquery(
+        Membership.objects.filter(project=OuterRef("project_id"), user=OuterRef("user_id")).values(
+            "role"
+        )[:1]
+    )
+
+
+def task_user_may_read(role: str | None) -> bool:
+    """Whether a task's user, whose role in the task's project is `role` (read with the task:
+    `task_user_role`, `member_role_sql`), may still read that project: what their task's
+    agent and its memory key may reach is what they may."""
+    return role_allows(role, READ)
 
 
 def project_get_for(*, user, project_id, action: str = READ) -> Project:

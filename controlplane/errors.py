@@ -1,7 +1,8 @@
 """Domain errors raised by services; the API layer turns them into responses.
 
 `DomainError` becomes a 400 (with the message under `field` when one is named) and
-`ConflictError` a 409: the request was well formed but the object's state forbids it.
+`ConflictError` a 409 (the request was well formed but the object's state forbids it),
+`NotFoundError` a 404.
 """
 
 
@@ -21,3 +22,9 @@ class DomainError(Exception):
 
 class ConflictError(DomainError):
     status_code = 409
+
+
+class NotFoundError(DomainError):
+    """The object named does not exist (for this caller): a 404."""
+
+    status_code = 404

@@ -356,14 +356,15 @@ class Worker:
     def _run_claimed(self, claim: services.Claim) -> tuple[str, str]:
         task = claim.task
         try:
-            refusal = services.task_quota_refusal(task=task, quota=claim.quota)
+            refusal = services.task_claim_refusal(claim=claim)
             if refusal:
+                kind, reason = refusal
                 self._while_unreachable(
                     lambda: services.task_refuse(
-                        task=task, worker_id=self.worker_id, reason=refusal
+                        task=task, worker_id=self.worker_id, reason=reason, kind=kind
                     )
                 )
-                return "refused", refusal
+                return "refused", reason
             # Nothing has run yet: while the database is gone, the preparation waits.
             request = self._while_unreachable(
                 lambda: self.prepare(

@@ -24,8 +24,9 @@ from django.utils import timezone
 
 from automemory.services import injector
 from automemory.services.injector import InjectionPreferences
+from controlplane.access import member_role_sql, task_user_may_read
 from controlplane.models import AuditEvent, Task, TaskEvent, TaskStatus, UsageKind
-from controlplane.rawsql import column, instance_from_row, table
+from controlplane.rawsql import Scalar, column, instance_from_row, table
 from controlplane.services.audit import audit_record
 from controlplane.services.quota import (
     QuotaStatus,
@@ -136,13 +137,15 @@ def workers_status_list(
 @dataclass(frozen=True)
 class Claim:
     """A task now running under this worker, with what the claim read beside its row: the
-    user's quota this month and the task's injection preferences (no statement of their own),
-    and the memory tool key the claim minted for this turn (only its hash is stored)."""
+    user's quota this month, the task's injection preferences and the user's role in the
+    task's project (no statement of their own), and the memory tool key the claim minted for
+    this turn (only its hash is stored)."""
 
     task: Task
     quota: QuotaStatus
     preferences: InjectionPreferences
     memory_key: str = ""
+    user_role: str | None = None
 
 
 def task_claim_next(
@@ -159,13 +162,20 @@ def task_claim_next(
     waiting; SQLite runs one writer at a time) and whose update is conditional on
     `status = 'queued'`. It sets the task running under `worker_id` since `claimed_at` (the
     fence the worker's later writes check), and reads back the task, the user's quota and
-    the task's injection preferences. It also stores the hash of a fresh memory tool key for
+    the task's injection preferences, and the user's role in the task's project (for
+    `task_claim_refusal`). It also stores the hash of a fresh memory tool key for
     the turn (`controlplane.services.task_keys`). `queued_before` limits the claim to tasks
     queued by then (`run_worker --once`).
     """
     now = now or timezone.now()
     minted = task_key_new()
     scalars = [
+        Scalar(
+            "user_role",
+            member_role_sql(
+                project_id_sql=_task_column("project"), user_id_sql=_task_column("user")
+            ),
+        ),
         *quota_sql(user_id_sql=_task_column("user"), now=now),
         *injector.preferences_sql(task_id_sql=_task_column("id"), user_id_sql=_task_column("user")),
     ]
@@ -189,6 +199,7 @@ def task_claim_next(
         quota=quota_status_from(values),
         preferences=injector.preferences_from(values),
         memory_key=minted.key,
+        user_role=values["user_role"],
     )
 
 
@@ -380,6 +391,20 @@ def _finish_in_transaction(
     return True
 
 
+def task_claim_refusal(*, claim: Claim) -> tuple[str, str] | None:
+    """Why the claimed task may not run, as `(kind, reason)`, else None; nothing is injected
+    or run for a refused task.
+
+    `membership`: its user may no longer read its project (removed from it since it was
+    queued): their task gets nothing of the project's memories. `quota`: their monthly quota
+    is used up (`task_quota_refusal`). Both read from what the claim read.
+    """
+    if not task_user_may_read(claim.user_role):
+        return "membership", "the task's user is no longer a member of its project"
+    refusal = task_quota_refusal(task=claim.task, quota=claim.quota)
+    return ("quota", refusal) if refusal else None
+
+
 def task_quota_refusal(*, task: Task, quota: QuotaStatus | None = None) -> str | None:
     """Why the task's user may not run it now (their monthly quota is used up), else None.
 
@@ -397,8 +422,11 @@ def task_quota_refusal(*, task: Task, quota: QuotaStatus | None = None) -> str |
     return f"monthly quota exhausted: {remaining:f}% of ${limit:.2f} left{spent_text}"
 
 
-def task_refuse(*, task: Task, worker_id: str, reason: str, now: datetime | None = None) -> bool:
-    """Fail the task without running it (quota refusal): the reason shows in its detail."""
+def task_refuse(
+    *, task: Task, worker_id: str, reason: str, kind: str = "quota", now: datetime | None = None
+) -> bool:
+    """Fail the task without running it (`task_claim_refusal`'s `kind`: quota or
+    membership): the reason shows in its detail and in the audit event."""
     now = now or timezone.now()
     changes = {
         "status": TaskStatus.FAILED,
@@ -419,9 +447,10 @@ def task_refuse(*, task: Task, worker_id: str, reason: str, now: datetime | None
             actor_label=worker_actor_label(worker_id=worker_id),
             target_type="task",
             target_id=task.pk,
-            data={"reason": reason},
+            data={"reason": reason, "kind": kind},
         )
-    metrics.quota_refusals.inc()
+    if kind == "quota":
+        metrics.quota_refusals.inc()
     return True
 
 

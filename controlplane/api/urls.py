@@ -13,6 +13,11 @@ urlpatterns = [
         views.ProjectMembersView.as_view(),
         name="project-members",
     ),
+    path(
+        "projects/<str:project_id>/members/<str:username>",
+        views.ProjectMemberView.as_view(),
+        name="project-member",
+    ),
     path("projects/<str:project_id>/tasks", views.ProjectTasksView.as_view(), name="project-tasks"),
     path(
         "projects/<str:project_id>/memories",

@@ -48,7 +48,7 @@ from controlplane.services.memories import (
     memory_restore,
     memory_update,
 )
-from controlplane.services.projects import membership_set, project_create
+from controlplane.services.projects import membership_remove, membership_set, project_create
 from controlplane.services.quota import quota_reset, quota_set, quota_status_get
 from controlplane.services.tasks import followup_create, task_continue, task_create
 from controlplane.services.tokens import (
@@ -134,6 +134,32 @@ class ProjectMembersView(APIView):
             s.MembershipOutput(membership).data,
             status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
+
+
+@extend_schema(
+    parameters=[
+        PROJECT_ID,
+        OpenApiParameter("username", OpenApiTypes.STR, OpenApiParameter.PATH),
+    ]
+)
+class ProjectMemberView(APIView):
+    @extend_schema(
+        operation_id="projects_members_remove",
+        summary="Remove a member (owner only)",
+        description="409 when it would leave the project without an owner. The removed "
+        "user's queued tasks are refused when claimed, and their running tasks' memory "
+        "keys stop working.",
+        request=None,
+        responses={
+            204: None,
+            409: OpenApiResponse(description="The project's last owner cannot be removed."),
+            **errors(401, 403, 404),
+        },
+    )
+    def delete(self, request: Request, project_id: str, username: str) -> Response:
+        project = project_get_for(user=request.user, project_id=project_id, action=MANAGE_MEMBERS)
+        membership_remove(actor=request.user, project=project, username=username)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 # --- Tasks ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from controlplane.errors import ConflictError, DomainError
+from controlplane.errors import ConflictError, DomainError, NotFoundError
 from controlplane.limits import PROJECT_NAME_MAX_CHARS, text_require
 from controlplane.models import Membership, Project, Role
 from controlplane.services.audit import audit_record
@@ -56,3 +56,33 @@ def membership_set(*, actor, project: Project, username: str, role: str) -> tupl
         data={"user_id": user.pk, "role": role, "created": created},
     )
     return membership, created
+
+
+@transaction.atomic
+def membership_remove(*, actor, project: Project, username: str) -> None:
+    """Remove `username` from the project (`NotFound` when they are not a member).
+
+    The project row is locked, as for a role change, so its last owner cannot be removed
+    (`ConflictError`). From then on the project does not exist for them: their queued tasks
+    are refused at claim and their running tasks' memory keys at the next call.
+    """
+    Project.objects.select_for_update().filter(pk=project.pk).first()
+    membership = (
+        Membership.objects.select_related("user")
+        .filter(project=project, user__username=username)
+        .first()
+    )
+    if membership is None:
+        raise NotFoundError("No member with this username.")
+    if membership.role == Role.OWNER:
+        owners = Membership.objects.filter(project=project, role=Role.OWNER).count()
+        if owners <= 1:
+            raise ConflictError("This is the project's last owner; make someone else owner first.")
+    membership.delete()
+    audit_record(
+        action="membership_removed",
+        actor=actor,
+        target_type="project",
+        target_id=project.pk,
+        data={"user_id": membership.user_id, "role": membership.role},
+    )

@@ -4,8 +4,9 @@ A key is `cpm_` and 43 URL-safe characters (32 random bytes), minted by the work
 (its SHA-256 goes into the claim's own statement, `Task.memory_key_hash`: no statement of
 its own) and handed to the agent's process only. It is not the user's API token and grants
 nothing of the API: it names one task, and it works only while that task's turn runs under
-the claim that minted it. A finished, failed, re-queued or re-claimed turn clears or
-replaces the hash, so the key is refused from then on.
+the claim that minted it, and only while the task's user may still read the task's project.
+A finished, failed, re-queued or re-claimed turn clears or replaces the hash, so the key is
+refused from then on.
 """
 
 import hashlib
@@ -14,6 +15,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
+from controlplane.access import task_user_may_read, task_user_role
 from controlplane.models import Task, TaskStatus
 
 TASK_KEY_PREFIX = "cpm_"
@@ -43,13 +45,20 @@ def task_key_new() -> MintedTaskKey:
 
 
 def task_key_authenticate(*, key: str) -> Task:
-    """The running task this key was minted for (one indexed read); `TaskKeyInvalid` when
-    the key is malformed or unknown, or the task is no longer running under that claim."""
+    """The running task this key was minted for; `TaskKeyInvalid` when the key is malformed
+    or unknown, the task is no longer running under that claim, or its user may no longer
+    read its project (removed from it) or is inactive.
+
+    One indexed read, with the task's user and their role in the task's project: every
+    memory tool call makes it, so a user removed from a project loses their running task's
+    memory tools at their next call, whatever server answers it.
+    """
     if not isinstance(key, str) or not TASK_KEY.fullmatch(key):
         raise TaskKeyInvalid("Invalid task key.")
     key_hash = task_key_hash(key)
     task = (
         Task.objects.select_related("user")
+        .annotate(user_role=task_user_role())
         .filter(memory_key_hash=key_hash, status=TaskStatus.RUNNING)
         .first()
     )
@@ -57,4 +66,6 @@ def task_key_authenticate(*, key: str) -> Task:
         raise TaskKeyInvalid("Invalid task key, or its task is not running.")
     if not task.user.is_active:
         raise TaskKeyInvalid("The task's user is inactive.")
+    if not task_user_may_read(task.user_role):
+        raise TaskKeyInvalid("The task's user is no longer a member of its project.")
     return task
