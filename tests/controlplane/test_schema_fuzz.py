@@ -6,8 +6,10 @@ The server runs on 127.0.0.1 and a free port, against a database of its own (a S
 or a throwaway PostgreSQL database next to the one DATABASE_URL names), prepared through the
 public surface: `manage.py create_user` for the token, then the API for a project, a task,
 a follow-up and memories. Throttling is off on that server (empty rates), so no 429 hides a
-response. The run is bounded: at most SCHEMA_FUZZ_EXAMPLES examples per operation (default 50)
-and SCHEMA_FUZZ_MAX_SECONDS per schemathesis run. Token revocation is fuzzed in a run of its
+response. The memory tools (`/memory-tools/...`) take only a task key: they are fuzzed in a
+run of their own with the key of a task the worker's claim set running. The run is bounded:
+at most SCHEMA_FUZZ_EXAMPLES examples per operation (default 50) and SCHEMA_FUZZ_MAX_SECONDS
+per schemathesis run. Token revocation is fuzzed in a run of its
 own, last, since a fuzzed id may be the fuzzer's own token.
 """
 
@@ -33,8 +35,14 @@ CHECKS = [
     "content_type_conformance",
     "response_schema_conformance",
 ]
-THROTTLE_SCOPES = ["USER", "ANON", "FAILED_AUTH", "RUN", "RUN_FORCE"]
+THROTTLE_SCOPES = ["USER", "ANON", "FAILED_AUTH", "RUN", "RUN_FORCE", "MEMORY_TOOL"]
 REVOKE = "users_me_tokens_revoke"
+MEMORY_TOOLS = "^/memory-tools/"
+# The worker's claim of the oldest queued task, in the server's database: its task key.
+CLAIM = (
+    "from worker.services import task_claim_next; "
+    "print(task_claim_next(worker_id='schema-fuzz').memory_key)"
+)
 
 
 def _postgres_database(url: str):
@@ -96,12 +104,14 @@ def _manage(env, *args) -> str:
     return done.stdout
 
 
-def _api(url: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
+def _api(
+    url: str, token: str, method: str, path: str, body: dict | None = None, scheme: str = "Token"
+) -> dict:
     request = urllib.request.Request(
         url + path,
         method=method,
         data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+        headers={"Authorization": f"{scheme} {token}", "Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read() or b"null")
@@ -109,8 +119,8 @@ def _api(url: str, token: str, method: str, path: str, body: dict | None = None)
 
 @pytest.fixture(scope="module")
 def fuzz_server(server_env):
-    """(url, token): a gunicorn server with a staff user owning a project, a task, a follow-up
-    and memories (user- and project-level)."""
+    """(url, token, task key): a gunicorn server with a staff user owning a project, a task,
+    a follow-up and memories (user- and project-level), and a running task's key."""
     tmp_path, env = server_env
     _manage(env, "migrate", "--noinput", "-v0")
     token = _manage(env, "create_user", "fuzzer", "--staff").strip().splitlines()[-1]
@@ -136,24 +146,28 @@ def fuzz_server(server_env):
             time.sleep(0.1)
         url = match.group(1)
         project = _api(url, token, "POST", "/projects", {"name": "Fuzzed project"})
+        _api(url, token, "POST", f"/projects/{project['id']}/tasks", {"prompt": "Run it."})
+        task_key = _manage(env, "shell", "-c", CLAIM).strip().splitlines()[-1]
         task = _api(url, token, "POST", f"/projects/{project['id']}/tasks", {"prompt": "Fix it."})
         _api(url, token, "POST", f"/tasks/{task['id']}/followups", {"message": "And test it."})
         _api(url, token, "POST", "/users/me/memories", {"content": "Prefers small commits."})
         _api(url, token, "POST", f"/projects/{project['id']}/memories", {"content": "Uses ruff."})
-        yield url, token
+        yield url, token, task_key
     finally:
         server.terminate()
         server.wait(timeout=30)
 
 
-def _schemathesis(url: str, token: str, report: Path, *selection: str) -> str:
+def _schemathesis(
+    url: str, token: str, report: Path, *selection: str, scheme: str = "Token"
+) -> str:
     """Run `st run` over the selected operations; its output (the assertion fails on any
     failure)."""
     done = subprocess.run(
         [
             *(sys.executable, "-m", "schemathesis.cli"),
             *("run", f"{url}/api/schema", "--url", url),
-            *("--header", f"Authorization: Token {token}"),
+            *("--header", f"Authorization: {scheme} {token}"),
             *("--checks", ",".join(CHECKS)),
             *("--phases", "examples,coverage,fuzzing"),
             # No --max-time: schemathesis would keep fuzzing until it is spent.
@@ -177,9 +191,17 @@ def _schemathesis(url: str, token: str, report: Path, *selection: str) -> str:
 
 
 def test_every_operation_conforms_to_the_schema_under_fuzzing(fuzz_server, tmp_path):
-    url, token = fuzz_server
+    url, token, task_key = fuzz_server
     started = time.monotonic()
     # Revoking tokens last: a fuzzed id may be the fuzzer's own token.
     _schemathesis(url, token, tmp_path / "all.xml", "--exclude-operation-id", REVOKE)
+    # The key answers (the run is not all 401s), before and after its run.
+    search = {"query": "ruff"}
+    assert _api(url, task_key, "POST", "/memory-tools/memory_search", search, scheme="Bearer")
+    tools = _schemathesis(
+        url, task_key, tmp_path / "tools.xml", "--include-path-regex", MEMORY_TOOLS, scheme="Bearer"
+    )
+    assert "Selected: 4/" in tools, tools[-3000:]
+    assert _api(url, task_key, "POST", "/memory-tools/memory_search", search, scheme="Bearer")
     _schemathesis(url, token, tmp_path / "revoke.xml", "--include-operation-id", REVOKE)
     print(f"schemathesis: {time.monotonic() - started:.1f} s")
