@@ -35,7 +35,7 @@ from controlplane.access import (
     project_role,
     role_allows,
 )
-from controlplane.errors import DomainError
+from controlplane.errors import DomainError, NotFoundError
 from controlplane.models import IdentityMemory, MemoryScope, MemoryVisibility
 from controlplane.selectors import task_list
 from controlplane.services import memories as memory_services
@@ -182,6 +182,8 @@ def memory_edit(request: HttpRequest, memory_id: str) -> HttpResponse:
                 memory_services.memory_update(
                     user=request.user, memory=memory, content=form.cleaned_data["content"]
                 )
+            except NotFoundError as gone:  # deleted meanwhile
+                raise Http404(gone.message) from gone
             except DomainError as error:
                 form.add_domain_error(error)
             else:
@@ -205,7 +207,10 @@ def memory_delete(request: HttpRequest, memory_id: str) -> HttpResponse:
     memory = access_get(memory_get_for_delete, user=request.user, memory_id=memory_id)
     if request.method == "POST":
         back_url = next_url(request, _memory_return_url(memory))
-        memory_services.memory_delete(user=request.user, memory=memory)
+        try:
+            memory_services.memory_delete(user=request.user, memory=memory)
+        except NotFoundError as gone:  # another request deleted it first
+            raise Http404(gone.message) from gone
         messages.success(request, "Memory deleted. It will not come back.")
         return redirect(back_url)
     explicit = next_url(request, "")
@@ -221,6 +226,8 @@ def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
     memory = access_get(memory_get_for_approve, user=request.user, memory_id=memory_id)
     try:
         memory_services.memory_approve(user=request.user, memory=memory)
+    except NotFoundError as gone:  # deleted meanwhile
+        raise Http404(gone.message) from gone
     except DomainError as error:
         messages.error(request, error.message)
     else:
@@ -235,6 +242,8 @@ def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
     memory = access_get(memory_get_for_change, user=request.user, memory_id=memory_id)
     try:
         memory_services.memory_restore(user=request.user, memory=memory)
+    except NotFoundError as gone:  # deleted meanwhile
+        raise Http404(gone.message) from gone
     except DomainError as error:
         messages.error(request, error.message)
     else:

@@ -20,6 +20,7 @@ from django.utils import timezone
 from controlplane.errors import ConflictError
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, MemoryVisibility
 from controlplane.services.audit import audit_record
+from controlplane.services.memories import memory_locked
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +38,12 @@ def _finished_later(one: IdentityMemory, other: IdentityMemory) -> bool:
 def memory_share(*, user, memory: IdentityMemory) -> IdentityMemory:
     """Make `memory`, held for its author `user`, the project's; return it.
 
-    409 when it is not held (already the project's). The caller has checked that `user` is
+    409 when it is not held (already the project's), 404 when it was deleted meanwhile (the
+    row is locked first, so a share racing a delete either happens before it or not at
+    all). The caller has checked that `user` is
     its author and still a member (see controlplane.access).
     """
-    locked = IdentityMemory.objects.select_for_update().filter(pk=memory.pk).first()
-    if locked is None:
-        raise ConflictError("The memory was deleted meanwhile.")
+    locked = memory_locked(memory)
     if locked.visibility != MemoryVisibility.AUTHOR:
         raise ConflictError("This memory is already the project's.")
     superseded: int | None = None

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.access import APPROVE_MEMORY, project_role, role_allows
-from controlplane.errors import ConflictError, DomainError
+from controlplane.errors import ConflictError, DomainError, NotFoundError
 from controlplane.limits import MEMORY_MAX_CHARS, text_require
 from controlplane.models import (
     IdentityMemory,
@@ -40,6 +40,18 @@ def memory_content_check_register(check: MemoryContentCheck) -> None:
 
 def memory_content_checks() -> tuple[MemoryContentCheck, ...]:
     return tuple(_content_checks)
+
+
+# A hook takes a memory a project owner just released (`memory_approve`, inside its
+# transaction, the memory locked) and the owner; automemory closes the reports it held.
+MemoryApprovedHook = Callable[..., None]
+_approved_hooks: list[MemoryApprovedHook] = []
+
+
+def memory_approved_hook_register(hook: MemoryApprovedHook) -> None:
+    """Call `hook(memory=..., user=...)` whenever an owner approves a memory (once per hook)."""
+    if hook not in _approved_hooks:
+        _approved_hooks.append(hook)
 
 
 def memory_content_validate(*, content: str) -> str:
@@ -136,10 +148,17 @@ def memory_flags_apply(memory: IdentityMemory) -> bool:
     return changed
 
 
-def _locked(memory: IdentityMemory) -> IdentityMemory:
+MEMORY_GONE = "Memory not found."
+
+
+def memory_locked(memory: IdentityMemory) -> IdentityMemory:
+    """`memory` read again and locked until the transaction ends (call inside one); a
+    `NotFoundError` (404) when it was deleted meanwhile. Every change of a memory goes
+    through this lock, so of two requests racing on one memory, one waits for the other:
+    the loser of a race with a delete answers 404 and writes nothing."""
     locked = IdentityMemory.objects.select_for_update().filter(pk=memory.pk).first()
     if locked is None:
-        raise ConflictError("The memory was deleted meanwhile.")
+        raise NotFoundError(MEMORY_GONE)
     return locked
 
 
@@ -154,7 +173,7 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
     controlplane.access).
     """
     content = memory_content_validate(content=content)
-    memory = _locked(memory)
+    memory = memory_locked(memory)
     if content == memory.content:
         return memory
     previous_flags = list(memory.instruction_flags or [])
@@ -204,7 +223,7 @@ def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
     Approving an approved memory changes nothing; 409 when it is neither flagged nor
     reported. The caller has checked the user owns the project (see controlplane.access).
     """
-    memory = _locked(memory)
+    memory = memory_locked(memory)
     flag_pending = memory.flagged and memory.approved_at is None
     if not flag_pending and memory.report_hold_at is None:
         if memory.flagged:
@@ -222,6 +241,8 @@ def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
         memory.report_hold_at = None
         fields.append("report_hold_at")
     memory.save(update_fields=fields)
+    for hook in _approved_hooks:
+        hook(memory=memory, user=user)
     _audit_approved(user=user, memory=memory, report_hold_released=reported_at is not None)
     return memory
 
@@ -234,7 +255,7 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
     now (one goal keeps one active auto memory; forget or edit that one first). Restoring
     resets the retention clock (`updated_at`), so the next sweep does not archive it again.
     """
-    memory = _locked(memory)
+    memory = memory_locked(memory)
     if memory.status != MemoryStatus.ARCHIVED:
         raise ConflictError(
             f"Only an archived memory can be restored; this one is {memory.status}."
@@ -288,7 +309,10 @@ def _same_goal_message(current_id: int | None) -> str:
 
 @transaction.atomic
 def memory_delete(*, user, memory: IdentityMemory) -> None:
-    """Forget a memory. The caller has checked the user may (see controlplane.access)."""
+    """Forget a memory, once: of several deletes at once, one deletes it and is audited, the
+    others get `NotFoundError` (404). The caller has checked the user may (see
+    controlplane.access)."""
+    memory = memory_locked(memory)
     data = {
         "scope": memory.scope,
         "source": memory.source,
