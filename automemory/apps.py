@@ -8,13 +8,19 @@ class AutoMemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from automemory import checks  # noqa: F401  (registers the system checks)
+        from automemory.services.feedback import reports_close
         from automemory.services.text import manual_memory_secret_problem
         from automemory.services.transcripts import private_notes_removed
-        from controlplane.services.memories import memory_content_check_register
+        from controlplane.services.memories import (
+            memory_approved_hook_register,
+            memory_content_check_register,
+        )
         from controlplane.services.tasks import task_text_filter_register
 
         # A hand-written memory is injected into every later task: no secrets in it.
         memory_content_check_register(manual_memory_secret_problem)
+        # An owner's approval closes the reports that held the memory.
+        memory_approved_hook_register(reports_close)
         # What an agent quoted of its user's private memories is theirs alone to read.
         task_text_filter_register(private_notes_removed)
 

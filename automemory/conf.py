@@ -78,6 +78,9 @@ DEFAULTS: dict[str, Any] = {
     # most this many memories for review), and cite (the rest of a long list is ignored).
     "REPORTS_PER_TASK": 3,
     "CITES_PER_TASK": 50,
+    # The most reports one person may make of a project's memories in an hour (one open
+    # report per person and memory, whatever this says).
+    "REPORTS_PER_PERSON_HOUR": 10,
     # A feedback note is redacted and cut to this many characters.
     "FEEDBACK_NOTE_MAX_CHARS": 500,
     # `memory_search`: the most results, and the most characters its answer may take.

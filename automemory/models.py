@@ -402,10 +402,15 @@ class FeedbackVia(models.TextChoices):
     PERSON = "person", "A person (API or console)"
 
 
+# A person's report that still holds its memory: one per person and memory at a time.
+OPEN_PERSON_REPORT = Q(kind="report", task__isnull=True, closed_at__isnull=True)
+
+
 class MemoryFeedback(models.Model):
     """What a task (or a person) said of a memory: it was used (`cite`) or it misled
-    (`report`, with a reason). Append-only; one row per (memory, task, kind), so a task
-    counts once however often it says so. A person's report has no task."""
+    (`report`, with a reason). One row per (memory, task, kind), so a task counts once
+    however often it says so. A person's report has no task; a person has one open report
+    of a memory at a time (closed when a project owner approves the memory)."""
 
     memory = models.ForeignKey(IdentityMemory, on_delete=models.CASCADE, related_name="feedback")
     task = models.ForeignKey(
@@ -420,6 +425,10 @@ class MemoryFeedback(models.Model):
     # Redacted, at most FEEDBACK_NOTE_MAX_CHARS.
     note = models.TextField(blank=True, default="")
     via = models.CharField(max_length=16, choices=FeedbackVia.choices)
+    # A report: when a project owner's approval released the memory it held (null: open).
+    closed_at = models.DateTimeField(null=True, blank=True)
+    # A person's report of a memory an owner approved after their earlier report of it.
+    repeat = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -430,12 +439,31 @@ class MemoryFeedback(models.Model):
             # The console's health page: a project's feedback over the last weeks.
             models.Index(fields=["created_at"], name="feedback_created_idx"),
             models.Index(fields=["task", "kind"], name="feedback_task_idx"),
+            # A person's reports over the last hour (their limit per project).
+            models.Index(
+                fields=["user", "created_at"],
+                name="feedback_person_report_idx",
+                condition=Q(kind="report", task__isnull=True),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
                 fields=["memory", "task", "kind"],
                 condition=Q(task__isnull=False),
                 name="feedback_once_per_task",
+            ),
+            models.UniqueConstraint(
+                fields=["memory", "user"],
+                condition=OPEN_PERSON_REPORT,
+                name="feedback_one_open_report_per_person",
+            ),
+            models.CheckConstraint(
+                condition=Q(closed_at__isnull=True) | Q(kind="report"),
+                name="feedback_only_reports_close",
+            ),
+            models.CheckConstraint(
+                condition=Q(repeat=False) | Q(kind="report", task__isnull=True),
+                name="feedback_repeats_are_person_reports",
             ),
             models.CheckConstraint(
                 condition=Q(kind__in=[k.value for k in FeedbackKind]), name="feedback_kind_valid"

@@ -308,6 +308,9 @@ class ReportSerializer(serializers.Serializer):
     reason = serializers.CharField()
     note = serializers.CharField()
     via = serializers.CharField()
+    repeat = serializers.BooleanField(
+        help_text="You reported this memory before, and a project owner approved it since."
+    )
     created_at = serializers.DateTimeField()
     held = serializers.BooleanField(
         help_text="The memory is held out of injection and search until a project owner "

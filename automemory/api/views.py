@@ -1,7 +1,7 @@
 """Auto memory endpoints: validate input, call one service or selector, serialize output."""
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -150,12 +150,19 @@ class AutoMemoryLogView(APIView):
 
 class MemoryReportView(APIView):
     """Report a memory that misled: it is held out of injection and search until a project
-    owner reviews it. Anyone who can read the memory may report it."""
+    owner reviews it. Anyone who can read the memory may report it, once while their report
+    is open (again: 400); after an owner approved it, again only with a reason or note not
+    given before (a `repeat`); at most `AUTOMEMORY_REPORTS_PER_PERSON_HOUR` reports of a
+    project's memories an hour (429)."""
 
     @extend_schema(
         parameters=[MEMORY_ID],
         request=s.ReportInputSerializer,
-        responses={201: s.ReportSerializer, **errors(400, 401, 404)},
+        responses={
+            201: s.ReportSerializer,
+            429: OpenApiResponse(description="Over the person's reports an hour: `{detail}`."),
+            **errors(400, 401, 404),
+        },
     )
     def post(self, request: Request, memory_id) -> Response:
         memory = memory_get_for_read(user=request.user, memory_id=memory_id)
@@ -174,6 +181,7 @@ class MemoryReportView(APIView):
             "reason": report.reason,
             "note": report.note,
             "via": report.via,
+            "repeat": report.repeat,
             "created_at": report.created_at,
             "held": True,
         }

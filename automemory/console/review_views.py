@@ -11,7 +11,7 @@ import math
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -31,7 +31,7 @@ from controlplane.access import (
     project_get_for,
 )
 from controlplane.api.throttling import UserThrottle
-from controlplane.errors import DomainError
+from controlplane.errors import DomainError, NotFoundError
 from controlplane.models import MemoryVisibility
 
 REVIEW_PAGE_SIZE = 25
@@ -51,8 +51,10 @@ def next_url(request: HttpRequest, default: str) -> str:
 @require_GET
 @login_required
 def project_review(request: HttpRequest, project_id: str) -> HttpResponse:
-    """The project's memories held for review, each with its reports (the reporting task
-    and its redacted note), and Approve, Edit and Delete. Project owners only (403 for other
+    """The project's memories held for review, each with who holds it (the people and tasks
+    whose reports are open, with their reasons) and all its reports (the reporting task or
+    person, the reason, the redacted note, whether it is a repeat), and Approve, Edit and
+    Delete. Project owners only (403 for other
     members, 404 for strangers)."""
     project = access_get(
         project_get_for, user=request.user, project_id=project_id, action=APPROVE_MEMORY
@@ -97,6 +99,7 @@ def memory_report_page(request: HttpRequest, memory_id: str) -> HttpResponse:
         return response
     data = {"reason": request.POST.get("reason", ""), "note": request.POST.get("note", "")}
     serializer = ReportInputSerializer(data=data)
+    status = 400
     if serializer.is_valid():
         try:
             memory_report(
@@ -106,8 +109,12 @@ def memory_report_page(request: HttpRequest, memory_id: str) -> HttpResponse:
                 user=request.user,
                 via=FeedbackVia.PERSON,
             )
+        except NotFoundError as gone:  # deleted meanwhile
+            raise Http404(gone.message) from gone
         except DomainError as error:
+            # Reported already (400), or over the person's reports this hour (429).
             errors = {error.field or "reason": [error.message]}
+            status = error.status_code
         else:
             messages.success(
                 request,
@@ -118,7 +125,7 @@ def memory_report_page(request: HttpRequest, memory_id: str) -> HttpResponse:
     else:
         errors = {name: forms.error_messages(found) for name, found in serializer.errors.items()}
     context = _report_context(memory, reason=data["reason"], note=data["note"], errors=errors)
-    return render(request, "console/memory_report.html", context, status=400)
+    return render(request, "console/memory_report.html", context, status=status)
 
 
 @require_POST
@@ -132,6 +139,8 @@ def memory_share_action(request: HttpRequest, memory_id: str) -> HttpResponse:
         return redirect("console:memory", memory.pk)
     try:
         memory_share(user=request.user, memory=memory)
+    except NotFoundError as gone:  # deleted meanwhile
+        raise Http404(gone.message) from gone
     except DomainError as error:
         messages.error(request, error.message)
     else:

@@ -12,14 +12,22 @@ on the memory (`cite_count`, `report_count` and when last) and audited. A report
 memory out of injection and search (`report_hold_at`) until a project owner reviews it; a
 task may report at most `AUTOMEMORY_REPORTS_PER_TASK` memories, so a prompt-injected agent
 told to report everything holds that many at most.
+
+A person has one open report of a memory at a time (a database constraint); the owner's
+approval closes it. Reporting the memory again after that is a `repeat` and needs a reason
+or note the person has not given for it before. A person makes at most
+`AUTOMEMORY_REPORTS_PER_PERSON_HOUR` reports of one project's memories in an hour.
 """
 
 import logging
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
-from django.db import transaction
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -37,6 +45,7 @@ from automemory.services.text import one_line
 from controlplane.errors import DomainError
 from controlplane.models import IdentityMemory, Task
 from controlplane.services.audit import audit_record
+from controlplane.services.memories import memory_locked
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +60,19 @@ _CITED_ID = re.compile(r"#\s?(\d{1,18})\b")
 
 
 class ReportLimitReached(DomainError):
-    """The task reported as many memories as it may."""
+    """The task (or the person, this hour) reported as many memories as it may."""
 
     status_code = 429
+
+
+REPORTED_ALREADY = (
+    "You have reported this memory already; it is held until a project owner reviews it."
+)
+REPORT_NOT_NEW = (
+    "A project owner approved this memory after your report of it; to report it again, "
+    "give a reason or note you have not given for it before."
+)
+PERSON_REPORT_WINDOW = timedelta(hours=1)
 
 
 @dataclass
@@ -97,11 +116,15 @@ def memories_shown_to(task: Task, memory_ids: Iterable[int]) -> set[int]:
 
 
 def note_clean(note: object) -> str:
-    """A feedback note: redacted, on one line, cut to `AUTOMEMORY_FEEDBACK_NOTE_MAX_CHARS`."""
+    """A feedback note: redacted, then on one line and cut to
+    `AUTOMEMORY_FEEDBACK_NOTE_MAX_CHARS`.
+
+    The whole note is redacted before anything is cut (a request body is bounded by
+    `DATA_UPLOAD_MAX_MEMORY_SIZE`): a cut made first could leave the start of a secret too
+    short for its rule to recognise, and collapsing white space would bring it forward."""
     if not isinstance(note, str):
         return ""
-    limit = conf.get("FEEDBACK_NOTE_MAX_CHARS")
-    return one_line(redact(note[: limit * 4]), limit)
+    return one_line(redact(note), conf.get("FEEDBACK_NOTE_MAX_CHARS"))
 
 
 @transaction.atomic
@@ -178,6 +201,73 @@ def _reason_checked(reason: object) -> str:
     return str(reason)
 
 
+def _person_report_checked(*, user, memory: IdentityMemory, reason: str, note: str, now) -> bool:
+    """Whether `user`'s report of `memory` (locked) is a repeat; a `DomainError` when they
+    have an open report of it, or when it repeats one an owner already reviewed, and
+    `ReportLimitReached` past their reports of the project this hour."""
+    earlier = list(
+        MemoryFeedback.objects.filter(
+            memory_id=memory.pk, user_id=user.pk, kind=FeedbackKind.REPORT, task__isnull=True
+        ).values_list("reason", "note", "closed_at")
+    )
+    if any(closed_at is None for _, _, closed_at in earlier):
+        raise DomainError(REPORTED_ALREADY)
+    if (reason, note) in {(r, n) for r, n, _ in earlier}:
+        raise DomainError(REPORT_NOT_NEW, field="note")
+    # The person's row is the lock of their hourly count, as the task's row is of its.
+    get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk").first()
+    since = now - PERSON_REPORT_WINDOW
+    made = list(
+        MemoryFeedback.objects.filter(
+            user_id=user.pk,
+            kind=FeedbackKind.REPORT,
+            task__isnull=True,
+            created_at__gte=since,
+            memory__project_id=memory.project_id,
+        )
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+    )
+    most = conf.get("REPORTS_PER_PERSON_HOUR")
+    if len(made) >= most:
+        wait = math.ceil((made[0] - since).total_seconds() / 60) or 1
+        logger.warning(
+            "user %s tried to report memory %s past %d an hour", user.pk, memory.pk, most
+        )
+        raise ReportLimitReached(
+            f"You have made {len(made)} reports of this project's memories in the last hour, "
+            f"the most one person may; try again in {wait} minute{'s' if wait != 1 else ''}."
+        )
+    return bool(earlier)
+
+
+def _task_report_checked(*, task: Task, memory: IdentityMemory) -> MemoryFeedback | None:
+    """`task`'s earlier report of `memory`, if any; a `DomainError` when the task was not
+    shown it, `ReportLimitReached` past its reports."""
+    if not memories_shown_to(task, [memory.pk]):
+        raise DomainError("This memory was not shown to the task.", field="id")
+    existing = MemoryFeedback.objects.filter(
+        memory_id=memory.pk, task_id=task.pk, kind=FeedbackKind.REPORT
+    ).first()
+    if existing is not None:
+        return existing
+    # The task's row is the lock of its report count: two reports of one task at once
+    # (on different memories) cannot both see room for one more.
+    Task.objects.select_for_update().filter(pk=task.pk).values_list("pk").first()
+    made = MemoryFeedback.objects.filter(task_id=task.pk, kind=FeedbackKind.REPORT).count()
+    if made >= conf.get("REPORTS_PER_TASK"):
+        logger.warning(
+            "task %s tried to report memory %s past its %d reports",
+            task.pk,
+            memory.pk,
+            conf.get("REPORTS_PER_TASK"),
+        )
+        raise ReportLimitReached(
+            f"This task has reported {made} memories, the most a task may report."
+        )
+    return None
+
+
 @transaction.atomic
 def memory_report(
     *,
@@ -192,45 +282,40 @@ def memory_report(
 
     A task reports once per memory (again: the first report is returned), only memories it
     was shown, and at most `AUTOMEMORY_REPORTS_PER_TASK` memories (`ReportLimitReached`).
-    The caller has checked that a person may read the memory (see controlplane.access).
+    A person has one open report per memory (another while it is open: `DomainError`, 400,
+    nothing counted); after an owner approved the memory, a new report of it is a `repeat`
+    and needs a reason or note they have not given for it (else 400); at most
+    `AUTOMEMORY_REPORTS_PER_PERSON_HOUR` reports of the project's memories an hour
+    (`ReportLimitReached`, 429). The caller has checked that a person may read the memory
+    (see controlplane.access). The memory is locked first: 404 when it was deleted.
     """
     reason = _reason_checked(reason)
     text = note_clean(note)
-    locked = IdentityMemory.objects.select_for_update().filter(pk=memory.pk).first()
-    if locked is None:
-        raise DomainError("The memory was deleted meanwhile.")
+    locked = memory_locked(memory)
+    now = timezone.now()
+    repeat = False
     if task is not None:
-        if not memories_shown_to(task, [memory.pk]):
-            raise DomainError("This memory was not shown to the task.", field="id")
-        existing = MemoryFeedback.objects.filter(
-            memory_id=memory.pk, task_id=task.pk, kind=FeedbackKind.REPORT
-        ).first()
+        existing = _task_report_checked(task=task, memory=locked)
         if existing is not None:
             return existing
-        # The task's row is the lock of its report count: two reports of one task at once
-        # (on different memories) cannot both see room for one more.
-        Task.objects.select_for_update().filter(pk=task.pk).values_list("pk").first()
-        made = MemoryFeedback.objects.filter(task_id=task.pk, kind=FeedbackKind.REPORT).count()
-        if made >= conf.get("REPORTS_PER_TASK"):
-            logger.warning(
-                "task %s tried to report memory %s past its %d reports",
-                task.pk,
-                memory.pk,
-                conf.get("REPORTS_PER_TASK"),
+    elif user is not None:
+        repeat = _person_report_checked(user=user, memory=locked, reason=reason, note=text, now=now)
+    try:
+        with transaction.atomic():
+            feedback = MemoryFeedback.objects.create(
+                memory_id=memory.pk,
+                task=task,
+                user=user if user is not None else (task.user if task is not None else None),
+                kind=FeedbackKind.REPORT,
+                reason=reason,
+                note=text,
+                via=via,
+                repeat=repeat,
             )
-            raise ReportLimitReached(
-                f"This task has reported {made} memories, the most a task may report."
-            )
-    now = timezone.now()
-    feedback = MemoryFeedback.objects.create(
-        memory_id=memory.pk,
-        task=task,
-        user=user if user is not None else (task.user if task is not None else None),
-        kind=FeedbackKind.REPORT,
-        reason=reason,
-        note=text,
-        via=via,
-    )
+    except IntegrityError:
+        # The open-report constraint: the row lock makes this unreachable, the database
+        # still says no.
+        raise DomainError(REPORTED_ALREADY) from None
     IdentityMemory.objects.filter(pk=memory.pk).update(
         report_count=F("report_count") + 1,
         last_reported_at=now,
@@ -247,6 +332,15 @@ def memory_report(
             "task_id": task.pk if task is not None else None,
             "reason": reason,
             "via": via,
+            "repeat": repeat,
         },
     )
     return feedback
+
+
+def reports_close(*, memory: IdentityMemory, user=None) -> int:
+    """Close the open reports of `memory` (an owner approved it); how many. Registered as
+    the host's approval hook, so it runs inside the approval's transaction."""
+    return MemoryFeedback.objects.filter(
+        memory_id=memory.pk, kind=FeedbackKind.REPORT, closed_at__isnull=True
+    ).update(closed_at=timezone.now())
