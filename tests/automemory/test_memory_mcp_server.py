@@ -262,3 +262,77 @@ def test_manage_py_memory_mcp_is_the_relay(running_task, live_server, tmp_path):
     _, _, results = session(params, [("memory_get", {"id": memory.pk})])
     assert json.loads(text(results[0]))["memory"]["id"] == memory.pk
     assert IdentityMemory.objects.filter(pk=memory.pk).exists()
+
+
+# The agent `make run`'s worker runs below: one memory tool call, straight to the address
+# the worker gave it, and its outcome as the task's result.
+CALLING_AGENT = """
+import json, os, urllib.error, urllib.request
+request = urllib.request.Request(
+    os.environ["CONTROLPLANE_MEMORY_URL"] + "/memory-tools/memory_search",
+    data=json.dumps({"query": "anything"}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["CONTROLPLANE_MEMORY_TOKEN"],
+             "Content-Type": "application/json"},
+)
+try:
+    with urllib.request.urlopen(request, timeout=30) as response:
+        print(os.environ["CONTROLPLANE_MEMORY_URL"], response.status)
+except (urllib.error.URLError, OSError) as exc:
+    print(os.environ["CONTROLPLANE_MEMORY_URL"], "unreachable", exc)
+"""
+
+
+def test_make_run_gives_its_worker_the_address_it_serves(tmp_path):
+    """`manage.py run_main` on a free port: the worker's agents find the memory tools there
+    (not at the default :8000)."""
+    import re
+    import signal
+    import time
+    import urllib.request
+
+    from tests.controlplane.test_deploy import manage, only_key_and_hosts, stop, wait_for_line
+
+    agent = tmp_path / "agent.py"
+    agent.write_text(CALLING_AGENT)
+    env = {
+        **only_key_and_hosts(tmp_path),
+        "WORKER_EXECUTOR": "command",
+        "WORKER_COMMAND": f"{sys.executable} {agent}",
+        "WORKER_POLL_INTERVAL_SECONDS": "0.2",
+    }
+    env.pop("WORKER_MEMORY_API_URL", None)
+    assert manage(env, "migrate", "-v0").returncode == 0
+    out_path = tmp_path / "run_main.out"
+    with out_path.open("wb") as out, (tmp_path / "run_main.err").open("wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "run_main", "--addrport", "127.0.0.1:0"],
+            cwd=BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=err,
+        )
+    try:
+        url = wait_for_line(out_path.read_text, r"API: +(http://127\.0\.0\.1:\d+)/").group(1)
+        token = re.search(r"Demo token: (\S+)", out_path.read_text()).group(1)
+
+        def api(method, path, body=None):
+            request = urllib.request.Request(
+                url + path,
+                method=method,
+                data=json.dumps(body).encode() if body is not None else None,
+                headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return json.loads(response.read())
+
+        project = api("GET", "/projects")["results"][0]
+        task = api("POST", f"/projects/{project['id']}/tasks", {"prompt": "Look it up."})
+        deadline = time.monotonic() + 90
+        while (task := api("GET", f"/tasks/{task['id']}"))["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline, task
+            time.sleep(0.3)
+    finally:
+        code = stop(process, signal.SIGINT)
+    assert task["status"] == "completed", (task, (tmp_path / "run_main.err").read_text()[-3000:])
+    assert task["result_text"] == f"{url} 200"
+    assert code == 0
