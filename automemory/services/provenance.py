@@ -5,8 +5,11 @@ An agent may echo its prompt, and with it the injected block of memories: prefix
 repeated, or an echo of an echo. Before anything of a task becomes a memory, that text is
 removed, and a project memory is never written if it still holds a user-level memory's text.
 
-Texts are compared as word shingles: the words of a text (`\\w+` runs, case-folded), so quote
-markers, indentation, punctuation runs and line breaks do not matter, taken `SHINGLE_WORDS`
+Texts are compared as word shingles: the words of a text as a reader sees it
+(`controlplane.textnorm.words_with_spans`: `\\w+` runs, NFKC and case-folded, invisible
+characters inside a word removed, blanks such as a Hangul filler or the braille blank read as
+spaces, tag characters as the ASCII they encode), so quote markers, indentation, punctuation
+runs, line breaks and zero-width characters between the letters do not matter, taken `SHINGLE_WORDS`
 at a time (a memory shorter than that is one shingle of all its words). Each word is hashed
 with a key derived from `SECRET_KEY` (BLAKE2b, 64 bits) and a shingle's hash is a polynomial
 over its words' hashes, rolled along the text in constant time per word. Only hashes are
@@ -28,6 +31,7 @@ from django.conf import settings
 from automemory.models import TaskMemoryShown
 from automemory.services.redactor import redact
 from controlplane.models import AuditEvent, IdentityMemory, Task
+from controlplane.textnorm import words_with_spans
 
 HEADER = (
     "## Past memories (for reference only)\n"
@@ -48,7 +52,6 @@ _HASH_BYTES = 8
 _ROLL_MOD = 1 << 64
 _ROLL_MASK = _ROLL_MOD - 1
 _ROLL_BASE = 0x100000001B3
-_WORD = re.compile(r"\w+")
 _NONCE = re.compile(r"[0-9a-f]{16}")
 # A fence marker written inside a memory (by hand, or an older block an agent echoed).
 _MARKER_IN_TEXT = re.compile(r"\b(?:begin|end)\W+memories\W+[0-9a-f]{16}\b", re.IGNORECASE)
@@ -152,9 +155,9 @@ def _rolling_shingles(word_hashes: Sequence[int], size: int) -> Iterator[tuple[i
 
 
 def words_of(text: str) -> list[str]:
-    """The normalised words of a text: case-folded `\\w+` runs (quotes, punctuation and
-    layout dropped)."""
-    return [match.group().casefold() for match in _WORD.finditer(text)]
+    """The normalised words of a text as read (quotes, punctuation, layout and invisible
+    characters dropped)."""
+    return [word for _, _, word in words_with_spans(text)]
 
 
 def _shingles(words: Sequence[str], key: bytes) -> tuple[int, frozenset[int]] | None:
@@ -225,7 +228,10 @@ def _text_shingles(words: Sequence[str], sizes: Iterable[int], key: bytes):
     return {size: {value for _, value in _rolling_shingles(word_hashes, size)} for size in sizes}
 
 
-def _mark_fences(text: str, matches: list[re.Match], words: Sequence[str], covered: bytearray):
+Span = tuple[int, int, str]
+
+
+def _mark_fences(text: str, matches: list[Span], words: Sequence[str], covered: bytearray):
     """Cover every `begin memories N ... end memories N` span (with the task heading that
     follows a block), and stray markers alone."""
     open_at: dict[str, int] = {}
@@ -243,7 +249,7 @@ def _mark_fences(text: str, matches: list[re.Match], words: Sequence[str], cover
             start = open_at.pop(nonce, i)
             end = i + 3
             if end < len(words) and words[end] == _FOOTER_WORD:
-                gap = text[matches[end - 1].end() : matches[end].start()]
+                gap = text[matches[end - 1][1] : matches[end][0]]
                 if _FOOTER_GAP.fullmatch(gap):
                     end += 1
             covered[start:end] = b"\x01" * (end - start)
@@ -259,10 +265,10 @@ def injected_text_removed(
     dropped; with `marker`, each removed run is replaced by it instead (a reader sees where
     something was taken out).
     """
-    matches = list(_WORD.finditer(text))
+    matches = list(words_with_spans(text))
     if not matches:
         return text
-    words = [match.group().casefold() for match in matches]
+    words = [word for _, _, word in matches]
     covered = bytearray(len(words))
     _mark_fences(text, matches, words, covered)
     key = _hash_key(settings.SECRET_KEY)
@@ -281,7 +287,7 @@ def injected_text_removed(
     return _cut(text, matches, covered, marker=marker)
 
 
-def _cut(text: str, matches: list[re.Match], covered: bytearray, *, marker: str | None) -> str:
+def _cut(text: str, matches: list[Span], covered: bytearray, *, marker: str | None) -> str:
     pieces = []
     position = 0
     i = 0
@@ -289,10 +295,10 @@ def _cut(text: str, matches: list[re.Match], covered: bytearray, *, marker: str 
         if not covered[i]:
             i += 1
             continue
-        start = matches[i].start()
+        start = matches[i][0]
         while i + 1 < len(matches) and covered[i + 1]:
             i += 1
-        end = matches[i].end()
+        end = matches[i][1]
         reach_back = max(position, start - _LOOSE_MARKS_REACH)
         line_start = max(reach_back, text.rfind("\n", reach_back, start) + 1)
         loose = _LOOSE_MARKS_BEFORE.search(text[line_start:start])
@@ -315,7 +321,7 @@ def _cut(text: str, matches: list[re.Match], covered: bytearray, *, marker: str 
     for line in "".join(pieces).split("\n"):
         if _REMOVED in line:
             line = line.replace(_REMOVED, "").rstrip()
-            if not _WORD.search(line):
+            if next(words_with_spans(line), None) is None:
                 continue
         lines.append(line)
     return _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip("\n")

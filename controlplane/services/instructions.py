@@ -46,18 +46,23 @@ Red-team forms matter more than phrasings, so further rules flag what an attack 
 A note that merely mentions such things ("Keep SSH keys out of the repository", "The deploy
 script removes old release folders", "Copy .env.example to .env") is not flagged.
 
-The text is read twice. First normalised: NFKC, case-folded, zero-width characters removed,
-whitespace collapsed, so full-width letters or a zero-width space inside a word do not hide
-a phrase. Then as a confusables skeleton (Unicode TR39): NFKD, every character that Unicode's
-confusables data says looks like an ASCII letter or digit replaced by it (Cyrillic i,
-Greek omicron, mathematical letters...), accents dropped. Flags found only in the skeleton add
-`confusable_letters`: someone hid a phrase behind look-alike letters.
+The text is read twice. First normalised: as a reader sees it (`controlplane.textnorm`:
+every default-ignorable code point removed, every space and blank read as a space, tag
+characters read as the ASCII they encode), NFKC, case-folded, whitespace collapsed, so
+full-width letters, a zero-width character inside a word or a Hangul filler for a space do
+not hide a phrase; text a reader cannot see at all (tag characters, a run of invisible
+characters) adds `hidden_text`. Then as a confusables skeleton (Unicode TR39): NFKD, every
+character that Unicode's confusables data says looks like an ASCII letter or digit replaced
+by it (Cyrillic i, Greek omicron, mathematical letters...), accents dropped. Flags found
+only in the skeleton add `confusable_letters`: someone hid a phrase behind look-alike letters.
 """
 
 import re
 import unicodedata
 from collections.abc import Callable
 from functools import cache
+
+from controlplane.textnorm import hidden_text, text_as_read
 
 # Stable ids (stored in the database and returned by the API) and what each means, in the
 # order `instruction_flags` returns them.
@@ -74,6 +79,7 @@ INSTRUCTION_FLAG_LABELS: dict[str, str] = {
     "credential_read": "Reads credentials (SSH keys, .env, cloud credentials, tokens)",
     "destructive_command": "A destructive command (rm -rf /, mkfs, DROP DATABASE...)",
     "confusable_letters": "Hides a flagged phrase behind look-alike letters of another script",
+    "hidden_text": "Holds text a reader cannot see (Unicode tag characters, invisible runs)",
 }
 
 _FILLER = r"(?:(?:all|any|of|the|your|these|those|every|my|its|earlier|above)\s+){0,3}"
@@ -379,13 +385,12 @@ _RULES: list[tuple[str, Callable[[str], bool]]] = [
     ("destructive_command", _destructive),
 ]
 
-_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad\u180e\u2061\u2062"))
 _SPACES = re.compile(r"[^\S\n]+")
 _COMBINING_ACCENTS = re.compile("[\u0300-\u036f]")
 
 
 def _normalised(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH).casefold()
+    text = unicodedata.normalize("NFKC", text_as_read(text)).casefold()
     text = text.replace("\u2019", "'")
     return _SPACES.sub(" ", text)
 
@@ -412,8 +417,8 @@ def _confusables_to_ascii() -> dict[int, str]:
 def confusable_skeleton(text: str) -> str:
     """The text as it looks (a TR39 skeleton, folded): NFKD and case-folded, look-alike
     letters of other scripts replaced by the ASCII letter they imitate, accents dropped,
-    zero-width characters removed and whitespace collapsed."""
-    text = unicodedata.normalize("NFKD", text).translate(_ZERO_WIDTH).casefold()
+    invisible characters removed, blanks read as spaces and whitespace collapsed."""
+    text = unicodedata.normalize("NFKD", text_as_read(text)).casefold()
     text = text.translate(_confusables_to_ascii()).casefold()
     text = _COMBINING_ACCENTS.sub("", text).replace("\u2019", "'")
     return _SPACES.sub(" ", unicodedata.normalize("NFKC", text))
@@ -436,6 +441,8 @@ def instruction_flags(text: str) -> list[str]:
         return []
     normalised = _normalised(text)
     found = _flags_of(normalised)
+    if hidden_text(text):
+        found.add("hidden_text")
     unaccented = _without_accents(normalised)
     if unaccented != normalised:
         found |= _flags_of(unaccented)
