@@ -6,6 +6,7 @@ its agent rewords, summarises or translates it into the answer. Checked from Bob
 everywhere: the API, the console, the preview, the memory tool's search and his own tasks.
 """
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from automemory.ranking import memories_search
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.transcripts import PRIVATE_NOTE_REMOVED
 from controlplane.models import IdentityMemory, Membership, MemoryStatus, TaskStatus
+from controlplane.textnorm import text_as_read
 from tests.automemory.fake_openai import answer
 from worker.executors import ExecutionResult
 from worker.loop import Worker
@@ -273,6 +275,33 @@ def test_others_read_the_result_without_the_quoted_private_note(
     client = Client()
     client.force_login(user_for_role[role])
     page = client.get(f"/console/tasks/{task.pk}").content.decode()
+    assert "job hunting" not in page and "Initech" not in page
+
+
+INVISIBLE = {
+    "zero-width-space": "\u200b",
+    "invisible-times": "\u2062",
+    "word-joiner-and-bom": "\u2060\ufeff",
+    "variation-selector": "\ufe0e",
+    "language-tag": "\U000e0001",
+}
+
+
+@pytest.mark.parametrize("invisible", INVISIBLE.values(), ids=list(INVISIBLE))
+def test_invisible_characters_between_its_letters_do_not_carry_the_note_to_others(
+    project, alice, bob, alice_private, task_factory, api_client_for, invisible
+):
+    disguised = re.sub(r"(?<=\w)(?=\w)", invisible, PRIVATE)
+    answer_text = f"Fixed the login form.\nYou told me: {disguised}\nHand-over in docs/handover.md."
+    task = run(project, alice, task_factory, answer_text)
+
+    theirs = api_client_for(bob).get(f"/tasks/{task.pk}").json()["result_text"]
+
+    assert "job hunting" not in text_as_read(theirs) and "Initech" not in text_as_read(theirs)
+    assert PRIVATE_NOTE_REMOVED in theirs and "docs/handover.md" in theirs
+    client = Client()
+    client.force_login(bob)
+    page = text_as_read(client.get(f"/console/tasks/{task.pk}").content.decode())
     assert "job hunting" not in page and "Initech" not in page
 
 

@@ -6,6 +6,7 @@ log) and what the audit log holds must not contain any of it.
 """
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -21,6 +22,7 @@ from automemory.services.provenance import (
     memory_fingerprint,
 )
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, Task, TaskFollowup
+from controlplane.textnorm import text_as_read
 
 # Each private memory carries a word found nowhere else, so "any part of it" is checkable.
 PAGER = "Alice keeps the zanzibar pager rotation notes in the blue notebook under her desk"
@@ -97,6 +99,57 @@ QUOTING_STYLES = {
     "shouted": lambda p: f"{p.upper()}\n{WORK}",
     "without-markers": lambda p: f"Context I used: {PAGER.lower()}; {HEALTH}. {SHORT}!\n{WORK}",
 }
+
+
+def between_letters(text: str, invisible: str) -> str:
+    return re.sub(r"(?<=\w)(?=\w)", invisible, text)
+
+
+def in_tags(text: str) -> str:
+    """`text` in Unicode tag characters: invisible on screen, read by a model."""
+    return "".join(chr(0xE0000 + ord(c)) if 0x20 <= ord(c) < 0x7F else c for c in text)
+
+
+# An agent disguising the private text it echoes, so that no word of it matches as written.
+DISGUISES = {
+    "zero-width-space": lambda p: between_letters(p, "\u200b"),
+    "invisible-separator": lambda p: between_letters(p, "\u2063\u2064"),
+    "variation-selector": lambda p: between_letters(p, "\ufe0f"),
+    "tag-character": lambda p: between_letters(p, "\U000e0001"),
+    "soft-hyphen-and-bidi-marks": lambda p: between_letters(p, "\u00ad\u200e\u061c"),
+    "hangul-filler-spaces": lambda p: p.replace(" ", "\u3164"),
+    "braille-blank-spaces": lambda p: p.replace(" ", "\u2800"),
+    "halfwidth-filler-spaces": lambda p: p.replace(" ", "\uffa0"),
+    "written-in-tags": in_tags,
+}
+
+
+def everything_bob_can_read_as_read(api_client_for, bob, project) -> str:
+    """`everything_bob_can_read`, with its characters as they are and read as a reader does."""
+    client = api_client_for(bob)
+    memories = client.get(f"/projects/{project.pk}/memories?page_size=100").json()["results"]
+    logs = list(AutoMemoryLog.objects.values("detail", "reason"))
+    audit = list(AuditEvent.objects.values("action", "data"))
+    raw = json.dumps([memories, logs, audit], default=str, ensure_ascii=False)
+    return text_as_read(raw).casefold()
+
+
+@pytest.mark.parametrize("disguise", DISGUISES, ids=list(DISGUISES))
+def test_invisible_characters_in_an_echo_do_not_carry_a_private_memory_to_the_project(
+    disguise, project, alice, bob, private, on, task_factory, api_client_for
+):
+    task = task_factory(project, alice, prompt="Fix the login bug", completed=True)
+    finish(task, f"Result for: {DISGUISES[disguise](injected_prompt(task))}\n\n{WORK}")
+    assert "zanzibar pager" not in task.result_text.casefold(), "the echo is disguised"
+    assert "zanzibar pager" in text_as_read(task.result_text).casefold(), "yet reads the same"
+
+    summary = process_auto_memories(user=alice)
+
+    assert summary.extracted == 1, AutoMemoryLog.objects.get(task=task).detail
+    written = IdentityMemory.objects.get(source=MemorySource.AUTO, source_task=task)
+    assert "session check" in written.content.casefold()
+    assert_nothing_private(text_as_read(written.content).casefold())
+    assert_nothing_private(everything_bob_can_read_as_read(api_client_for, bob, project))
 
 
 @pytest.mark.parametrize("style", QUOTING_STYLES, ids=list(QUOTING_STYLES))
@@ -187,8 +240,23 @@ def skipped_private(task) -> AutoMemoryLog:
         f"{WORK} Remember: the zanzibar pager rotation notes in the blue notebook.",
         f"{WORK}\n> {SHORT}",
         f"{WORK} " + HEALTH.replace(" ", "\n   "),
+        f"As you asked, {between_letters(PAGER, chr(0x200B))}. {WORK}",
+        f"{WORK}\n> {between_letters(SHORT, chr(0xFE0F))}",
+        f"{WORK} " + HEALTH.replace(" ", "\u3164"),
+        f"{WORK} " + HEALTH.replace(" ", "\u2800"),
+        f"{WORK} {in_tags(PAGER)}",
     ],
-    ids=["whole", "five-word-part", "short-memory-whole", "re-flowed"],
+    ids=[
+        "whole",
+        "five-word-part",
+        "short-memory-whole",
+        "re-flowed",
+        "zero-width-between-letters",
+        "variation-selectors-between-letters",
+        "hangul-filler-spaces",
+        "braille-blank-spaces",
+        "tag-characters",
+    ],
 )
 def test_a_memory_that_would_hold_a_private_memory_is_not_written(
     result, project, alice, bob, private, auto_memory_on, task_factory, api_client_for

@@ -15,6 +15,7 @@ from django.core.management import call_command
 
 from automemory.models import AutoMemoryLog
 from controlplane.models import AuditEvent
+from controlplane.textnorm import text_as_read
 
 PRIVATE = "Alice keeps the zanzibar pager rotation notes in the blue notebook under her desk"
 
@@ -30,6 +31,13 @@ AGENTS = {
         prompt = sys.stdin.read()
         print("You wrote:")
         print("\\n".join("> " + line for line in prompt.splitlines()))
+        print("Done: the session check now compares expiry in UTC.")
+    """,
+    # Zero-width characters between the letters of every word it echoes.
+    "zero-width-echo": """
+        import re, sys
+        prompt = sys.stdin.read()
+        print("Result for: " + re.sub(r"(?<=\\w)(?=\\w)", "\\u200b\\u2063", prompt))
         print("Done: the session check now compares expiry in UTC.")
     """,
 }
@@ -65,7 +73,7 @@ def test_a_quoting_agent_never_carries_a_private_memory_to_another_member(
 
     detail = alice_api.get(f"/tasks/{created['id']}").json()
     assert detail["status"] == "completed"
-    assert "zanzibar" in detail["result_text"], "the agent echoed the injected memory"
+    assert "zanzibar" in text_as_read(detail["result_text"]), "the agent echoed the memory"
     log = AutoMemoryLog.objects.get(task_id=created["id"])
     assert log.outcome == "extracted", log.detail
     memories = bob_api.get(f"/projects/{project.pk}/memories").json()["results"]
@@ -77,14 +85,17 @@ def test_a_quoting_agent_never_carries_a_private_memory_to_another_member(
     bob_result = bob_api.get(f"/tasks/{own['id']}").json()["result_text"]
     assert "session check now compares expiry" in bob_result, "Bob's task got the memory"
 
-    readable = json.dumps(
-        [
-            bob_api.get(f"/projects/{project.pk}/memories").json(),
-            bob_result,
-            bob_api.get("/users/me/auto-memory-log").json(),
-            list(AutoMemoryLog.objects.values("detail")),
-            list(AuditEvent.objects.values("data")),
-        ]
+    readable = text_as_read(
+        json.dumps(
+            [
+                bob_api.get(f"/projects/{project.pk}/memories").json(),
+                bob_result,
+                bob_api.get("/users/me/auto-memory-log").json(),
+                list(AutoMemoryLog.objects.values("detail")),
+                list(AuditEvent.objects.values("data")),
+            ],
+            ensure_ascii=False,
+        )
     ).casefold()
     for part in ("zanzibar", "pager rotation", "blue notebook"):
         assert part not in readable
