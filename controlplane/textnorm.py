@@ -145,6 +145,9 @@ def hidden_text(text: str) -> bool:
     return _INVISIBLE_RUN.search(text) is not None
 
 
+_ASCII_WORD = re.compile(r"\w+", re.ASCII)
+
+
 @cache
 def _word_pattern() -> re.Pattern:
     """A word of the same-length reading: `\\w` characters and the combining marks and
@@ -170,6 +173,10 @@ def words_with_spans(text: str) -> Iterator[tuple[int, int, str]]:
     text, `word` is case-folded and NFKC-normalised with the invisible characters inside it
     removed, so "pa\\u200bger", full-width "pager" and "PAGER" are one word and "pager\\u3164notes"
     is two."""
+    if text.isascii():
+        for match in _ASCII_WORD.finditer(text):
+            yield match.start(), match.end(), match.group().lower()
+        return
     reading = text
     if _UNUSUAL.search(text):
         if _TAGS.search(text):
