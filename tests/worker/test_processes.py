@@ -1,12 +1,12 @@
 """Real `manage.py run_worker` processes: --once, signals, and many workers on PostgreSQL."""
 
-import os
 import shlex
 import signal
 import sys
 import textwrap
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -18,19 +18,35 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _slow_agent(tmp_path, seconds: float) -> str:
+    """A command agent that says it started (a file in `tmp_path/out`, the one folder of the
+    test it may write in its sandbox), sleeps, then answers."""
     script = tmp_path / "slow_agent.py"
+    (tmp_path / "out").mkdir(exist_ok=True)
     script.write_text(
         textwrap.dedent(
             f"""
             import os, sys, time
             text = sys.stdin.read()
-            open({str(tmp_path / "agent.pid")!r}, "w").write(str(os.getpid()))
+            open({str(tmp_path / "out" / "agent.pid")!r}, "w").write(str(os.getpid()))
             time.sleep({seconds})
             print("slow agent finished: " + text)
             """
         )
     )
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
+
+
+def _processes_running(needle: str) -> list[str]:
+    """The host's processes whose command line holds `needle`."""
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmdline = path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(cmdline)
+    return found
 
 
 def _wait_running(db, task_id, procs, proc):
@@ -70,7 +86,10 @@ def test_a_first_signal_lets_the_running_task_finish(shared_db, worker_processes
         "command",
         "--poll-interval",
         "0.05",
-        env={"WORKER_COMMAND": _slow_agent(tmp_path, 1.5)},
+        env={
+            "WORKER_COMMAND": _slow_agent(tmp_path, 1.5),
+            "WORKER_SANDBOX_WRITABLE": str(tmp_path / "out"),
+        },
     )
     _wait_running(shared_db, task_id, worker_processes, proc)
 
@@ -92,11 +111,14 @@ def test_a_second_signal_kills_the_agent_and_requeues_the_task_as_a_resume(
         "command",
         "--poll-interval",
         "0.05",
-        env={"WORKER_COMMAND": _slow_agent(tmp_path, 60)},
+        env={
+            "WORKER_COMMAND": _slow_agent(tmp_path, 60),
+            "WORKER_SANDBOX_WRITABLE": str(tmp_path / "out"),
+        },
     )
     _wait_running(shared_db, task_id, worker_processes, proc)
-    pid_file = tmp_path / "agent.pid"
-    agent_pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), timeout=30))
+    pid_file = tmp_path / "out" / "agent.pid"
+    wait_for(lambda: pid_file.exists() and pid_file.read_text(), timeout=30)
 
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -105,8 +127,8 @@ def test_a_second_signal_kills_the_agent_and_requeues_the_task_as_a_resume(
 
     assert worker_processes.wait(proc, timeout=20) == 1, worker_processes.log(proc)
     assert time.monotonic() - started < 15
-    with pytest.raises(ProcessLookupError):
-        os.kill(agent_pid, 0)
+    # The agent is gone, sandbox and all (its pid inside the sandbox is not the host's).
+    assert _processes_running(str(tmp_path / "slow_agent.py")) == []
     task = shared_db.tasks().get(pk=task_id)
     assert (task.status, task.is_resume, task.turn, task.worker_id) == (
         TaskStatus.QUEUED,
