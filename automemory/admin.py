@@ -76,7 +76,8 @@ class TaskAutoMemoryFlagsAdmin(admin.ModelAdmin):
         changes = _changes(form, FLAG_FIELDS, change=change)
         if not changes and change:
             return
-        saved = flags_set(task=obj.task, actor=request.user, changes=changes)
+        # An operator's change, not a member's: the admin may turn a switch on.
+        saved = flags_set(task=obj.task, actor=request.user, changes=changes, operator=True)
         obj.pk, obj.updated_by = saved.pk, saved.updated_by
         obj.created_at, obj.updated_at = saved.created_at, saved.updated_at
 

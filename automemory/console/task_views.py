@@ -3,6 +3,7 @@ the memory it produced and why, and its auto memory flags."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -66,6 +67,11 @@ def task_flags(request: HttpRequest, task_id: str) -> HttpResponse:
     if not form.is_valid():
         context = _task_context(request, task, form)
         return render(request, "console/task.html", context, status=400)
-    flags_set(task=task, actor=request.user, changes=form.changes())
+    try:
+        flags_set(task=task, actor=request.user, changes=form.changes())
+    except ValidationError as refused:
+        for name, errors in refused.message_dict.items():
+            form.add_error(name, errors)
+        return render(request, "console/task.html", _task_context(request, task, form), status=400)
     messages.success(request, "Auto memory flags saved for this task.")
     return redirect("console:task", task.pk)

@@ -3,6 +3,7 @@
 from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from automemory.models import (
@@ -82,11 +83,29 @@ def flags_get(*, task_id: int) -> TaskAutoMemoryFlags:
         return TaskAutoMemoryFlags(task_id=task_id)
 
 
+FLAG_FIELDS = ("use_memories", "generate_memories")
+FLAG_TURNED_ON = (
+    "Only the task's user may turn this on for their task (it would override their own "
+    "setting); other members may turn it off."
+)
+
+
 @transaction.atomic
-def flags_set(*, task: Task, actor, changes: dict[str, bool | None]) -> TaskAutoMemoryFlags:
-    """Set the task's per-task overrides (`None` = follow the user's setting)."""
+def flags_set(
+    *, task: Task, actor, changes: dict[str, bool | None], operator: bool = False
+) -> TaskAutoMemoryFlags:
+    """Set the task's per-task overrides (`None` = follow the user's setting).
+
+    The task's user may set anything (and an `operator`: the admin). Another member may turn
+    a switch off, never on against the task's user: a `true` or `null` that would turn it on
+    is refused (a `ValidationError` naming each such field, nothing saved); one that leaves
+    it as it is changes nothing, and a `true` is never stored for them (it would outlive a
+    later "off" of the user's own setting).
+    """
     flags, _ = TaskAutoMemoryFlags.objects.select_for_update().get_or_create(task=task)
-    for name in ("use_memories", "generate_memories"):
+    if not operator and getattr(actor, "pk", None) != task.user_id:
+        changes = _changes_by_another_member(task=task, flags=flags, changes=changes)
+    for name in FLAG_FIELDS:
         if name in changes:
             setattr(flags, name, changes[name])
     flags.updated_by = actor
@@ -102,6 +121,31 @@ def flags_set(*, task: Task, actor, changes: dict[str, bool | None]) -> TaskAuto
         data={name: changes[name] for name in changes},
     )
     return flags
+
+
+def _changes_by_another_member(
+    *, task: Task, flags: TaskAutoMemoryFlags, changes: dict[str, bool | None]
+) -> dict[str, bool | None]:
+    """The changes a member who is not the task's user may make: off always; `true` or `null`
+    only when the switch stays as it is or ends off (then a `true` is not stored)."""
+    prefs = settings_get(user_id=task.user_id)
+    allowed, refused = {}, {}
+    for name, value in changes.items():
+        stored = getattr(flags, name)
+        if value is False or value == stored:
+            allowed[name] = value
+            continue
+        user_setting = getattr(prefs, name)
+        now_on = effective_switch(stored, user_setting)
+        if not effective_switch(value, user_setting):
+            allowed[name] = value  # null, following a user whose setting is off
+        elif not now_on:
+            refused[name] = [FLAG_TURNED_ON]
+        elif value is None:
+            allowed[name] = value  # on, and still on: it follows the user's own setting
+    if refused:
+        raise ValidationError(refused)
+    return allowed
 
 
 def effective_switch(flag: bool | None, user_setting: bool) -> bool:

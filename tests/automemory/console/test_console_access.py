@@ -78,11 +78,11 @@ def test_member_reads_and_changes_but_may_not_approve(client, world, bob):
     assert world["memory"].approved_at is None
     response = client.post(
         reverse("console:task_flags", args=[world["task"].pk]),
-        {"use_memories": "on", "generate_memories": "off"},
+        {"use_memories": "off", "generate_memories": "off"},
     )
     assert response.status_code == 302
     flags = TaskAutoMemoryFlags.objects.get(task=world["task"])
-    assert (flags.use_memories, flags.generate_memories) == (True, False)
+    assert (flags.use_memories, flags.generate_memories) == (False, False)
 
 
 def test_viewer_reads_only(client, world, vera):

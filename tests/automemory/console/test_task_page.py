@@ -238,10 +238,15 @@ def test_browser_task_page_and_flags_toggle(signed_in_page, project, task_factor
     use.get_by_label("Off").check()
     generate.get_by_label("On").check()
     page.get_by_role("button", name="Save flags").click()
+    # Another member may turn alice's switches off, not on against her own setting.
+    expect(page.get_by_text("Only the task's user may turn this on").first).to_be_visible()
+    assert not TaskAutoMemoryFlags.objects.filter(task=task).exists()
+    page.get_by_role("group", name="Generate a memory").get_by_label("Off").check()
+    page.get_by_role("button", name="Save flags").click()
     expect(page.get_by_role("status")).to_contain_text("Auto memory flags saved")
     expect(page.get_by_role("group", name="Use memories").get_by_label("Off")).to_be_checked()
     flags = TaskAutoMemoryFlags.objects.get(task=task)
-    assert (flags.use_memories, flags.generate_memories) == (False, True)
+    assert (flags.use_memories, flags.generate_memories) == (False, False)
 
     page.get_by_role("link", name=f"Memory {shared.pk}").click()
     expect(page.locator("pre.memory-text")).to_have_text("Use the staging DB")
