@@ -6,12 +6,11 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from controlplane.models import TaskStatus
-from tests.worker.conftest import wait_for
+from tests.worker.conftest import processes_running, wait_for
 from worker.models import TaskRun, WorkerProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,19 +33,6 @@ def _slow_agent(tmp_path, seconds: float) -> str:
         )
     )
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
-
-
-def _processes_running(needle: str) -> list[str]:
-    """The host's processes whose command line holds `needle`."""
-    found = []
-    for path in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            cmdline = path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if needle in cmdline:
-            found.append(cmdline)
-    return found
 
 
 def _wait_running(db, task_id, procs, proc):
@@ -128,7 +114,7 @@ def test_a_second_signal_kills_the_agent_and_requeues_the_task_as_a_resume(
     assert worker_processes.wait(proc, timeout=20) == 1, worker_processes.log(proc)
     assert time.monotonic() - started < 15
     # The agent is gone, sandbox and all (its pid inside the sandbox is not the host's).
-    assert _processes_running(str(tmp_path / "slow_agent.py")) == []
+    assert processes_running(str(tmp_path / "slow_agent.py")) == []
     task = shared_db.tasks().get(pk=task_id)
     assert (task.status, task.is_resume, task.turn, task.worker_id) == (
         TaskStatus.QUEUED,

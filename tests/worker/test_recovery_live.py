@@ -14,12 +14,13 @@ import sys
 import textwrap
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
 
 from controlplane.models import AuditEvent, Task, TaskStatus
-from tests.worker.conftest import SpyExecutor, wait_for
+from tests.worker.conftest import SpyExecutor, processes_running, wait_for
 from worker.models import TaskRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,10 +47,9 @@ def long_agent(tmp_path):
         )
     )
     yield f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
-    for pid_file in pid_dir.iterdir():
-        # Each agent leads its own process group (the worker starts it in a new session).
+    for pid in processes_running(str(script)):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(int(pid_file.name), signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
 
 
 def _running_under(db, task_id, worker_id, procs):
@@ -66,6 +66,7 @@ def test_a_killed_workers_task_is_requeued_within_the_bound_while_the_others_are
     first, second = shared_db.seed_tasks(2)
     env = {
         "WORKER_COMMAND": long_agent,
+        "WORKER_SANDBOX_WRITABLE": str(Path(shlex.split(long_agent)[1]).parent / "agents"),
         "WORKER_STALE_AFTER_SECONDS": str(STALE_SECONDS),
         "WORKER_HEARTBEAT_SECONDS": str(HEARTBEAT_SECONDS),
         "WORKER_PROGRESS_LOG_SECONDS": "1",
@@ -76,9 +77,18 @@ def test_a_killed_workers_task_is_requeued_within_the_bound_while_the_others_are
     busy = worker_processes.start(shared_db, *args, "--worker-id", "w2", env=env)
     _running_under(shared_db, second, "w2", worker_processes)
 
+    script = shlex.split(long_agent)[1]
+    both = processes_running(script)  # the two agents, each with its sandbox's processes
     killed_at = timezone.now()
     doomed.send_signal(signal.SIGKILL)
     doomed.wait()
+    # Its agent dies with it, sandbox and all (bubblewrap's --die-with-parent); the busy
+    # worker's agent runs on.
+    wait_for(
+        lambda: len(processes_running(script)) == len(both) // 2,
+        timeout=10,
+        message=f"the killed worker's agent outlived it: {processes_running(script)} of {both}",
+    )
 
     event = wait_for(
         lambda: (
