@@ -358,3 +358,17 @@ def session_bucket(s3_server, settings, monkeypatch):
     settings.WORKER_CODEX_SESSION_STORAGE = url
     settings.STORAGES = {**settings.STORAGES, "codex_sessions": object_storage_settings(url)}
     return SimpleNamespace(client=client, bucket=bucket, prefix="codex/")
+
+
+def processes_running(needle: str) -> list[int]:
+    """The host's processes whose command line holds `needle` (an agent in a sandbox has
+    another pid inside it, so tests find it by its script's path)."""
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            cmdline = path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(path.parent.name))
+    return found
