@@ -12,7 +12,12 @@ from typing import Any
 
 from automemory import conf
 from automemory.services.provenance import Fingerprint, injected_text_removed
-from automemory.services.redactor import REDACTED, redact, secret_kinds
+from automemory.services.redactor import (
+    REDACTED,
+    marker_safe_end,
+    redacted_slice,
+    secret_kinds,
+)
 
 # Redact more than is kept, so a secret crossing a cut is still recognised whole.
 REDACTION_MARGIN_CHARS = 8192
@@ -25,7 +30,9 @@ REDACTED_WORD = REDACTED.strip("[]")
 
 def cut(text: str, limit: int) -> str:
     """`text`, or its first `limit - 1` characters and an ellipsis when it is longer."""
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    return text[: marker_safe_end(text, limit - 1)].rstrip() + "…"
 
 
 def one_line(text: str, limit: int) -> str:
@@ -36,10 +43,11 @@ def one_line(text: str, limit: int) -> str:
 def memory_text_clean(text: str, *, fingerprints: Sequence[Fingerprint] = ()) -> str:
     """A memory's text from a model: injected memories removed, redacted, trimmed, capped."""
     cap = conf.get("MEMORY_MAX_CHARS")
-    window = text[: cap + REDACTION_MARGIN_CHARS]
+    window = text[: cap + 2 * REDACTION_MARGIN_CHARS]
     if fingerprints:
         window = injected_text_removed(window, fingerprints=fingerprints)
-    return cut(redact(window).strip(), cap).strip()
+    # Redacted first, then cut: a secret crossing the window's cut is left out whole.
+    return cut(redacted_slice(window, end=cap + REDACTION_MARGIN_CHARS).strip(), cap).strip()
 
 
 def keywords_clean(values: Iterable[Any], *, limit: int = MAX_KEYWORDS) -> list[str]:
@@ -51,7 +59,7 @@ def keywords_clean(values: Iterable[Any], *, limit: int = MAX_KEYWORDS) -> list[
     for value in values or ():
         if not isinstance(value, str):
             continue
-        keyword = one_line(redact(value[: MAX_KEYWORD_CHARS * 4]), MAX_KEYWORD_CHARS)
+        keyword = one_line(redacted_slice(value, end=MAX_KEYWORD_CHARS * 4), MAX_KEYWORD_CHARS)
         if keyword and REDACTED_WORD not in keyword.upper():
             kept.setdefault(keyword.casefold(), keyword)
         if len(kept) >= limit:

@@ -24,7 +24,7 @@ from automemory.services.llm import (
     SweepModelCalls,
     model_json_call,
 )
-from automemory.services.redactor import redact
+from automemory.services.redactor import marker_safe_end, redacted_slice
 from automemory.services.text import memory_text_clean
 from controlplane.models import (
     IdentityMemory,
@@ -148,7 +148,8 @@ def decision_parse(payload: Any, *, candidate_ids: Sequence[int]) -> Decision:
         raise DecisionInvalid(f"unknown action {str(action)[:20]!r}")
     shown = set(candidate_ids)
     reason = payload.get("reason") if isinstance(payload.get("reason"), str) else ""
-    reason = " ".join(redact(reason[:2000]).split())[:300]
+    reason = " ".join(redacted_slice(reason, end=2000).split())
+    reason = reason[: marker_safe_end(reason, 300)]
     if action == Action.ADD:
         return Decision(Action.ADD, reason=reason)
     if action in (Action.UPDATE, Action.NOOP):

@@ -15,7 +15,7 @@ from django.utils.module_loading import import_string
 from automemory import conf
 from automemory.services.extraction.goals import goal_line
 from automemory.services.provenance import Fingerprint, injected_text_removed
-from automemory.services.redactor import redact
+from automemory.services.redactor import redact, redacted_slice
 from automemory.services.text import REDACTION_MARGIN_CHARS, cut
 from controlplane.models import Task
 
@@ -54,8 +54,8 @@ def memory_content(task: Task, *, injected: Sequence[Fingerprint] = ()) -> str:
     result = result_without_injected(
         task, injected=injected, needed_chars=excerpt_chars + REDACTION_MARGIN_CHARS
     )
-    window = result[: excerpt_chars * 2 + REDACTION_MARGIN_CHARS]
-    excerpt = _without_goal_restatement(redact(window), goal=goal)[:excerpt_chars].strip()
+    window = redacted_slice(result, end=excerpt_chars * 2 + REDACTION_MARGIN_CHARS)
+    excerpt = _without_goal_restatement(window, goal=goal)[:excerpt_chars].strip()
     if not _WORD.search(excerpt):
         return ""
     return f"{line}\n{excerpt}" if line else excerpt

@@ -16,7 +16,7 @@ from automemory.models import AutoMemorySettings, Reason
 from automemory.services.extraction.candidates import Candidate, ExternalEvent
 from automemory.services.extraction.summary import Verdict, skipped
 from automemory.services.preferences import effective_switch
-from automemory.services.redactor import redact
+from automemory.services.redactor import marker_safe_end, redacted_slice
 from controlplane.services import quota as quota_service
 
 logger = logging.getLogger(__name__)
@@ -101,11 +101,14 @@ def _described(event: ExternalEvent) -> str:
 
 
 def _quoted(text: str | None) -> str:
-    """A redacted, single-line, short excerpt of event text for a log detail."""
+    """A redacted, single-line, short excerpt of event text for a log detail: redacted
+    first, then cut (never part of a secret, nor of a redaction marker)."""
     if not text:
         return "?"
-    text = " ".join(redact(text[: DETAIL_QUOTE_CHARS * 20]).split())
-    return text if len(text) <= DETAIL_QUOTE_CHARS else text[: DETAIL_QUOTE_CHARS - 3] + "..."
+    text = " ".join(redacted_slice(text, end=DETAIL_QUOTE_CHARS * 20).split())
+    if len(text) <= DETAIL_QUOTE_CHARS:
+        return text
+    return text[: marker_safe_end(text, DETAIL_QUOTE_CHARS - 3)] + "..."
 
 
 def quota_gate(candidates: Sequence[Candidate], *, now: datetime) -> dict[int, Verdict]:

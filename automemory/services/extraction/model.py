@@ -24,7 +24,7 @@ from automemory.services.extraction.deterministic import result_without_injected
 from automemory.services.extraction.drafts import MemoryDraft, NoDurableSignal, draft_keep
 from automemory.services.llm import SweepModelCalls, model_json_call
 from automemory.services.provenance import Fingerprint, injected_text_removed
-from automemory.services.redactor import redact
+from automemory.services.redactor import redact, redacted_slice
 from automemory.services.text import (
     REDACTION_MARGIN_CHARS,
     cut,
@@ -96,9 +96,9 @@ def task_document(task: Task, *, injected: Sequence[Fingerprint] = ()) -> dict[s
 
     def cleaned(text: str, limit: int) -> str:
         window = injected_text_removed(
-            (text or "")[: limit + REDACTION_MARGIN_CHARS], fingerprints=injected
+            (text or "")[: limit + 2 * REDACTION_MARGIN_CHARS], fingerprints=injected
         )
-        return cut(redact(window), limit)
+        return cut(redacted_slice(window, end=limit + REDACTION_MARGIN_CHARS), limit)
 
     return {
         "goal": cleaned(task.goal or "", conf.get("MODEL_INPUT_GOAL_CHARS")),
@@ -117,8 +117,9 @@ def _result_excerpt(task: Task, *, injected: Sequence[Fingerprint]) -> str:
         return redact(result)
     head_chars = limit // 3
     tail_chars = limit - head_chars
-    head = redact(result[: head_chars + REDACTION_MARGIN_CHARS])[:head_chars]
-    tail = redact(result[-(tail_chars + REDACTION_MARGIN_CHARS) :])[-tail_chars:]
+    # Redacted first, then cut: a secret crossing either cut is left out whole.
+    head = redacted_slice(result, end=head_chars)
+    tail = redacted_slice(result, start=len(result) - tail_chars)
     left_out = len(result) - head_chars - tail_chars
     return f"{head}\n[… {left_out} characters left out …]\n{tail}"
 
@@ -138,9 +139,11 @@ def _event_lines(task: Task, *, injected: Sequence[Fingerprint]) -> list[dict[st
                 event[str(name)[:40]] = value
             elif isinstance(value, str):
                 text = injected_text_removed(
-                    value[: EVENT_FIELD_MAX_CHARS * 20], fingerprints=injected
+                    value[: EVENT_FIELD_MAX_CHARS * 20 + REDACTION_MARGIN_CHARS],
+                    fingerprints=injected,
                 )
-                event[str(name)[:40]] = one_line(redact(text), EVENT_FIELD_MAX_CHARS)
+                text = redacted_slice(text, end=EVENT_FIELD_MAX_CHARS * 20)
+                event[str(name)[:40]] = one_line(text, EVENT_FIELD_MAX_CHARS)
         events.append(event)
     return events
 
@@ -148,7 +151,7 @@ def _event_lines(task: Task, *, injected: Sequence[Fingerprint]) -> list[dict[st
 def answer_draft(answer: dict, *, injected: Sequence[Fingerprint] = ()) -> MemoryDraft:
     """The model's answer as a draft: its memory and keywords cut, cleaned of the task's
     injected memories and redacted. `NoDurableSignal` when it declined (or wrote nothing)."""
-    reason = one_line(redact(answer["reason"][: REASON_MAX_CHARS * 4]), REASON_MAX_CHARS)
+    reason = one_line(redacted_slice(answer["reason"], end=REASON_MAX_CHARS * 4), REASON_MAX_CHARS)
     if not answer["worth_remembering"]:
         raise NoDurableSignal(f"the model found nothing durable: {reason}" if reason else "")
     memory = memory_text_clean(answer["memory"], fingerprints=injected)
