@@ -92,6 +92,7 @@ def test_a_database_outage_under_three_workers_runs_no_task_twice(
     ids = db.seed_tasks(TASKS)
     env = {
         "WORKER_COMMAND": counting_agent(runs_dir),
+        "WORKER_SANDBOX_WRITABLE": str(runs_dir),
         "WORKER_HEARTBEAT_SECONDS": "2",
         "WORKER_STALE_AFTER_SECONDS": "60",
     }
@@ -190,6 +191,7 @@ def test_a_long_turn_keeps_its_task_through_an_outage_its_heartbeats_resume(
     [task_id] = db.seed_tasks(1, prompt="a long turn")
     env = {
         "WORKER_COMMAND": counting_agent(runs_dir, seconds=15),
+        "WORKER_SANDBOX_WRITABLE": str(runs_dir),
         "WORKER_HEARTBEAT_SECONDS": "1",
         "WORKER_STALE_AFTER_SECONDS": "10",
         "WORKER_FINISH_RETRY_SECONDS": "30",

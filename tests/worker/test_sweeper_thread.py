@@ -113,7 +113,11 @@ def test_three_workers_run_150_tasks_once_each_while_the_sweep_hangs_on_the_mode
     seed_extraction_waiting_for_the_model(shared_db)
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()
-    env = {**model_env(hanging_model), "WORKER_COMMAND": counting_agent(runs_dir)}
+    env = {
+        **model_env(hanging_model),
+        "WORKER_COMMAND": counting_agent(runs_dir),
+        "WORKER_SANDBOX_WRITABLE": str(runs_dir),
+    }
     for i in range(3):
         worker_processes.start(
             shared_db, "--executor", "command", "--poll-interval", "0.1", "--worker-id", f"w{i}",
