@@ -352,6 +352,9 @@ WORKER_STALE_AFTER_SECONDS = env.float("WORKER_STALE_AFTER_SECONDS", default=60.
 # and retries the finish (with its ledger row) with back-off for up to this long, as long as
 # the worker still holds the task (docs/operations.md, Faults). 0: no retry.
 WORKER_FINISH_RETRY_SECONDS = env.float("WORKER_FINISH_RETRY_SECONDS", default=120.0)
+# Between tasks, a worker recomputes the signature of its code this often; when it differs
+# (a deploy replaced the code), the worker exits 75 to be restarted (docs/worker.md). 0: never.
+WORKER_CODE_CHECK_SECONDS = env.float("WORKER_CODE_CHECK_SECONDS", default=30.0)
 WORKER_CODEX_BINARY = env.str("WORKER_CODEX_BINARY", default="codex")
 WORKER_CODEX_SANDBOX = env.str("WORKER_CODEX_SANDBOX", default="workspace-write")
 WORKER_CODEX_MODEL = env.str("WORKER_CODEX_MODEL", default="")

@@ -16,6 +16,9 @@ and the task's id while it handles one (`controlplane.logging.log_context`).
 Signals (installed by `run_worker`): the first SIGINT/SIGTERM lets the task in hand finish
 (and the sweep leave its remaining tasks) and then exits; the second kills the executor's
 subprocess, re-queues the task as a resume of the same turn and exits at once.
+
+New code (`worker.code_signature`): between tasks and sweeps a worker whose code changed on
+disk leaves as after a first signal, with `code_changed` set (`run_worker` then exits 75).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from controlplane import selectors
 from controlplane.logging import log_context
 from controlplane.models import Task
 from worker import faults, metrics, services
+from worker.code_signature import CodeSignature, CodeSigner, CodeWatch
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
 from worker.executors.base import TokenUsage
 from worker.session_records import SessionKeeper
@@ -94,6 +98,8 @@ class Worker:
         sweeper=None,
         sweep_interval: float | None = None,
         role: str = "all",
+        code_check_seconds: float | None = None,
+        code_signer: CodeSigner | None = None,
     ) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
@@ -125,6 +131,11 @@ class Worker:
         self._sweeper_thread: SweeperThread | None = None
         self._recovery: StaleTaskRecovery | None = None
         self._log_context = contextlib.ExitStack()
+        self.code_watch = CodeWatch(
+            interval=_setting(code_check_seconds, "WORKER_CODE_CHECK_SECONDS"),
+            signer=code_signer,
+            label=f"worker {self.worker_id}",
+        )
 
     # --- Entry points -------------------------------------------------------------------------
 
@@ -139,7 +150,7 @@ class Worker:
             if self.role == "sweeper":
                 while not self.stopping:
                     self.sweep_now()
-                    self._sleep(self.sweep_interval)
+                    self._sleep(self.sweep_interval, wake=self.code_check)
                 return
             while not self.stopping:
                 try:
@@ -198,6 +209,8 @@ class Worker:
         report.recovered = self.recover_stale()
         services.worker_seen(worker_id=self.worker_id)
         while not self.stopping and (max_tasks is None or len(report.runs) < max_tasks):
+            if self.code_check():
+                break
             faults.refresh_connections()
             claim = self.claim_one(queued_before=queued_before)
             if claim is None:
@@ -258,6 +271,20 @@ class Worker:
         return RunReport(
             task_id=task.pk, turn=task.turn, outcome=outcome, seconds=seconds, reason=reason
         )
+
+    def code_check(self) -> bool:
+        """Between tasks: has the code changed (`CodeWatch.check`)? Then the worker stops as
+        after a first signal: no more claims, the sweeper told to leave."""
+        if self.code_watch.check() is None:
+            return False
+        self.stopping = True
+        self.sweeper.stop()
+        return True
+
+    @property
+    def code_changed(self) -> CodeSignature | None:
+        """The new code's signature once it changed (`run_worker` then exits 75)."""
+        return self.code_watch.changed
 
     def sweep_now(self, *, wait: float = 0) -> None:
         """One turn of the memory sweeper in this thread (the sweep and, when due, the
@@ -505,11 +532,13 @@ class Worker:
                 task.pk,
             )
 
-    def _sleep(self, seconds: float) -> None:
+    def _sleep(self, seconds: float, *, wake=None) -> None:
+        """Sleep until `seconds` passed or a stop; `wake()` (if given) is asked every tick and
+        ends the sleep when it returns True."""
         deadline = time.monotonic() + seconds
         while not self.stopping:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (wake is not None and wake()):
                 return
             time.sleep(min(left, 0.1))
 
@@ -517,6 +546,7 @@ class Worker:
         """Register, start the background threads; False (nothing started) when a signal
         asked to stop while the database was still unreachable."""
         self._log_context.enter_context(log_context(worker_id=self.worker_id))
+        self.code_watch.start()
         if not self._register():
             logger.info("worker %s stopped before the database was reachable", self.worker_id)
             self._log_context.close()
@@ -543,7 +573,9 @@ class Worker:
         try:
             faults.retry_while_unreachable(
                 lambda: services.worker_register(
-                    worker_id=self.worker_id, executor=self.executor.name
+                    worker_id=self.worker_id,
+                    executor=self.executor.name,
+                    code_signature=self.code_watch.started.digest,
                 ),
                 outage=outage,
                 seconds=float("inf"),

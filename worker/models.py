@@ -16,6 +16,13 @@ class WorkerProcess(models.Model):
     started_at = models.DateTimeField()
     last_seen_at = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)
+    code_signature = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        db_default="",  # workers of the previous release insert rows without it
+        help_text="SHA-256 of the code it started with (worker/code_signature.py).",
+    )
 
     class Meta:
         db_table = "worker_processes"

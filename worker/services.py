@@ -55,7 +55,9 @@ def worker_actor_label(*, worker_id: str) -> str:
 # --- Worker processes -------------------------------------------------------------------------
 
 
-def worker_register(*, worker_id: str, executor: str, now: datetime | None = None) -> WorkerProcess:
+def worker_register(
+    *, worker_id: str, executor: str, code_signature: str = "", now: datetime | None = None
+) -> WorkerProcess:
     now = now or timezone.now()
     process, _ = WorkerProcess.objects.update_or_create(
         worker_id=worker_id,
@@ -63,6 +65,7 @@ def worker_register(*, worker_id: str, executor: str, now: datetime | None = Non
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "executor": executor,
+            "code_signature": code_signature,
             "started_at": now,
             "last_seen_at": now,
             "stopped_at": None,

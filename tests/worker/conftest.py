@@ -225,7 +225,11 @@ class WorkerProcesses:
         self.tmp_path = tmp_path
         self.procs: list[tuple[subprocess.Popen, Path]] = []
 
-    def start(self, db: SharedDatabase, *args: str, env: dict | None = None) -> subprocess.Popen:
+    def start(
+        self, db: SharedDatabase, *args: str, env: dict | None = None, base_dir: Path = BASE_DIR
+    ) -> subprocess.Popen:
+        """`base_dir/manage.py run_worker *args` (another copy of the checkout runs its own
+        code when `env` sets PYTHONPATH to it)."""
         log = self.tmp_path / f"worker-{len(self.procs)}.log"
         child_env = {
             **os.environ,
@@ -237,8 +241,8 @@ class WorkerProcesses:
         }
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, str(BASE_DIR / "manage.py"), "run_worker", *args],
-                cwd=BASE_DIR,
+                [sys.executable, str(base_dir / "manage.py"), "run_worker", *args],
+                cwd=base_dir,
                 env=child_env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

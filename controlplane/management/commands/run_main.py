@@ -6,7 +6,8 @@ and stop early when the address is taken, and hands the socket to gunicorn. Unle
 PROMETHEUS_MULTIPROC_DIR is set, it gives both children a new temporary directory for it
 (removed at exit), so `/metrics` (with METRICS_ENABLED) adds up every process's counters.
 Ctrl-C (SIGINT) or SIGTERM is passed on to both children; when either exits the other is
-stopped too, and the command exits with the first one's exit code.
+stopped too, and the command exits with the first one's exit code, except a worker exiting
+75 (its code changed on disk, docs/worker.md): that one is started again on the new code.
 """
 
 import os
@@ -122,7 +123,9 @@ class Command(BaseCommand):
         self.stdout.write("Press Ctrl-C to stop.")
         self.stdout.flush()
         try:
-            code = Supervisor(commands, pass_fds={"api": [listener.fileno()]}).run()
+            code = Supervisor(
+                commands, pass_fds={"api": [listener.fileno()]}, restartable={"worker"}
+            ).run()
         finally:
             listener.close()
             if metrics_dir is not None:

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from worker import sandbox
+from worker.code_signature import EXIT_CODE_CHANGED
 from worker.executors import EXECUTORS, UnknownExecutor, executor_get
 from worker.loop import ROLES, Worker
 from worker.metrics_server import MetricsServer
@@ -16,7 +17,8 @@ logger = logging.getLogger(__name__)
 class Command(BaseCommand):
     help = (
         "Claim queued tasks and run them with an executor. The first SIGINT/SIGTERM lets the "
-        "task in hand finish, the second re-queues it as a resume and exits at once."
+        "task in hand finish, the second re-queues it as a resume and exits at once. Exits 75 "
+        "when its code changed on disk (WORKER_CODE_CHECK_SECONDS): start it again."
     )
 
     def add_arguments(self, parser):
@@ -94,3 +96,5 @@ class Command(BaseCommand):
                 metrics.stop()
         if worker.aborting:
             raise SystemExit(1)
+        if worker.code_changed is not None:
+            raise SystemExit(EXIT_CODE_CHANGED)  # its code was replaced: restart me
