@@ -4,6 +4,7 @@ process over stdio, through the official SDK's client, against a live API server
 the API's address, nothing else of the worker's: no database, no settings."""
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import shutil
@@ -213,11 +214,12 @@ def test_an_api_that_does_not_answer_is_a_timeout_tool_error():
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        call = module.Relay(url=url, key="cpm_" + "k" * 43, timeout=0.5).call(
-            "memory_get", {"id": 1}
-        )
-        with pytest.raises(ToolError, match=r"did not answer within [01]s"):
-            asyncio.run(call)
+        relay_ = module.Relay(url=url, key="cpm_" + "k" * 43, timeout=0.5)
+        # A thread of its own: another test's event loop may still run in this one.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(lambda: asyncio.run(relay_.call("memory_get", {"id": 1})))
+            with pytest.raises(ToolError, match=r"did not answer within [01]s"):
+                answer.result(timeout=30)
 
 
 def test_the_relay_needs_nothing_of_the_project(running_task, live_server, tmp_path):
