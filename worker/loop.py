@@ -27,7 +27,7 @@ import contextlib
 import logging
 import signal
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -44,6 +44,7 @@ from worker import faults, metrics, services
 from worker.code_signature import CodeSignature, CodeSigner, CodeWatch
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
 from worker.executors.base import TokenUsage
+from worker.reports import RoundReport, RunReport
 from worker.session_records import SessionKeeper
 from worker.threads import Heartbeat, StaleTaskRecovery, SweeperThread
 
@@ -61,26 +62,6 @@ STARTUP_RETRY_MAX_SECONDS = 30.0
 
 class WorkerAbort(BaseException):
     """Raised by the second signal during an inline sweep (`run_once`): leave now."""
-
-
-@dataclass(frozen=True)
-class RunReport:
-    task_id: int
-    turn: int
-    outcome: str  # completed | failed | refused | requeued | discarded | unrecorded
-    seconds: float
-    reason: str = ""
-
-
-@dataclass
-class RoundReport:
-    recovered: list[int] = field(default_factory=list)
-    runs: list[RunReport] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def did_work(self) -> bool:
-        return bool(self.runs or self.recovered)
 
 
 class Worker:
