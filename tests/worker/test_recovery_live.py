@@ -31,16 +31,17 @@ HEARTBEAT_SECONDS = 1
 
 @pytest.fixture
 def long_agent(tmp_path):
-    """A `command` agent that sleeps for a minute; every agent still alive is killed after."""
+    """A `command` agent that marks its start in `agents/` and sleeps for a minute; every
+    agent still alive is killed after."""
     pid_dir = tmp_path / "agents"
     pid_dir.mkdir()
     script = tmp_path / "long_agent.py"
     script.write_text(
         textwrap.dedent(
             f"""
-            import os, sys, time
+            import os, sys, time, uuid
             sys.stdin.read()
-            open(os.path.join({str(pid_dir)!r}, str(os.getpid())), "w").close()
+            open(os.path.join({str(pid_dir)!r}, uuid.uuid4().hex), "w").close()
             time.sleep(60)
             print("long agent finished")
             """
@@ -50,6 +51,21 @@ def long_agent(tmp_path):
     for pid in processes_running(str(script)):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _agent_processes(worker_pid: int, script: str) -> list[int]:
+    """The processes under `worker_pid` (its sandbox's and its agent's) running `script`."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, stack = [], [worker_pid]
+    while stack:
+        pid = stack.pop()
+        tree.append(pid)
+        stack.extend(children.get(pid, []))
+    return sorted(set(tree) & set(processes_running(script)))
 
 
 def _running_under(db, task_id, worker_id, procs):
@@ -78,17 +94,25 @@ def test_a_killed_workers_task_is_requeued_within_the_bound_while_the_others_are
     _running_under(shared_db, second, "w2", worker_processes)
 
     script = shlex.split(long_agent)[1]
-    both = processes_running(script)  # the two agents, each with its sandbox's processes
+    started = Path(script).parent / "agents"
+    wait_for(
+        lambda: len(list(started.iterdir())) == 2,
+        timeout=10,
+        message=f"the agents never started:\n{worker_processes.logs()}",
+    )
+    doomed_agent = wait_for(lambda: _agent_processes(doomed.pid, script), timeout=10)
+    busy_agent = wait_for(lambda: _agent_processes(busy.pid, script), timeout=10)
     killed_at = timezone.now()
     doomed.send_signal(signal.SIGKILL)
     doomed.wait()
     # Its agent dies with it, sandbox and all (bubblewrap's --die-with-parent); the busy
     # worker's agent runs on.
     wait_for(
-        lambda: len(processes_running(script)) == len(both) // 2,
+        lambda: not set(doomed_agent) & set(processes_running(script)),
         timeout=10,
-        message=f"the killed worker's agent outlived it: {processes_running(script)} of {both}",
+        message=f"the killed worker's agent outlived it: {doomed_agent}",
     )
+    assert set(busy_agent) <= set(processes_running(script))
 
     event = wait_for(
         lambda: (
