@@ -1,0 +1,44 @@
+"""Auto memory's own tables: per-user settings, per-task flags, the extraction log, the
+sweep's state and drafts, and feedback on memories."""
+
+from automemory.models.feedback import (  # noqa: F401
+    OPEN_PERSON_REPORT,
+    FeedbackKind,
+    FeedbackVia,
+    MemoryFeedback,
+    ReportReason,
+    TaskMemoryShown,
+)
+from automemory.models.flags import (  # noqa: F401
+    TaskAutoMemoryFlags,
+)
+from automemory.models.log import (  # noqa: F401
+    MAX_ERROR_ATTEMPTS,
+    RETRY_CONDITION,
+    SKIPPED_CONDITION,
+    STABLE_REASONS,
+    TRANSIENT_REASONS,
+    AutoMemoryLog,
+    Outcome,
+    Reason,
+)
+from automemory.models.settings import (  # noqa: F401
+    MAX_DURATION_SECONDS,
+    MAX_IDLE_SECONDS,
+    MAX_INJECTION_MAX_CHARS,
+    MAX_INTERNAL_MCP_SERVERS,
+    MAX_MEMORY_BUDGET_USD,
+    MAX_RESULT_CHARS,
+    MAX_UNUSED_DAYS,
+    MCP_SERVER_NAME_MAX_CHARS,
+    MIN_INJECTION_MAX_CHARS,
+    MIN_INJECTION_MAX_CHARS_MESSAGE,
+    AutoMemorySettings,
+    InjectionRanking,
+    mcp_server_names_problems,
+    validate_mcp_server_names,
+)
+from automemory.models.sweep import (  # noqa: F401
+    ExtractionDraft,
+    SweepState,
+)
