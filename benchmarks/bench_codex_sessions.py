@@ -1,4 +1,4 @@
-"""Benchmark: codex session records, stored after every turn and restored on another host.
+"""Benchmark: stored codex sessions, stored after every turn and restored on another host.
 
 Two parts, on the database named (a throwaway SQLite file, or a throwaway PostgreSQL
 database) and, with --s3, in a real S3-compatible server (moto's server mode) on 127.0.0.1:
@@ -43,10 +43,10 @@ class Timed:
     """Wraps SessionKeeper.store/restore to record (operation, turn, seconds, outcome)."""
 
     def __init__(self):
-        from worker import session_records
+        from worker.codex import session_store
 
         self.rows: list[tuple[str, int, float, str]] = []
-        keeper = session_records.SessionKeeper
+        keeper = session_store.SessionKeeper
         for operation in ("store", "restore"):
             real = getattr(keeper, operation)
 
@@ -87,8 +87,8 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
     from controlplane.models import Membership, Project, Role, Task, TaskStatus
     from tests.worker.real_codex.conftest import codex_binary
     from tests.worker.real_codex.responses_server import Reply, ResponsesServer, message
-    from worker.executors.codex import CodexExecutor
-    from worker.executors.codex_sessions import session_files
+    from worker.codex import CodexExecutor
+    from worker.codex.session_files import session_files
     from worker.loop import Worker
     from worker.models import CodexSession
 
@@ -201,8 +201,8 @@ def synthetic(*, work: Path) -> None:
     from django.contrib.auth import get_user_model
 
     from controlplane.models import Membership, Project, Role, Task, TaskStatus
+    from worker.codex.session_store import SessionKeeper
     from worker.models import CodexSession
-    from worker.session_records import SessionKeeper
 
     user = get_user_model().objects.create_user(
         username=f"bench-synthetic-{os.getpid()}-{time.monotonic_ns()}"

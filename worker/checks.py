@@ -63,7 +63,7 @@ def worker_settings_check(app_configs=None, **kwargs) -> list[Warning]:
 
 
 def _codex_settings_problems() -> list[Warning]:
-    from worker.executors.codex import RESUME_USAGE_MODES
+    from worker.codex.usage import RESUME_USAGE_MODES
 
     problems = []
     mode = settings.WORKER_CODEX_RESUME_USAGE

@@ -42,10 +42,10 @@ from controlplane.logging import log_context
 from controlplane.models import Task
 from worker import faults, metrics, services
 from worker.code_signature import CodeSignature, CodeSigner, CodeWatch
+from worker.codex.session_store import SessionKeeper
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
 from worker.executors.base import TokenUsage
 from worker.reports import RoundReport, RunReport
-from worker.session_records import SessionKeeper
 from worker.threads import Heartbeat, StaleTaskRecovery, SweeperThread
 
 logger = logging.getLogger(__name__)

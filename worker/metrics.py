@@ -1,7 +1,7 @@
 """Prometheus metrics of the worker: claims, outcomes per executor, recoveries, refusals,
 codex session records.
 
-Incremented by `worker.services` (and `worker.session_records`, and the loop's finish retry)
+Incremented by `worker.services` (and `worker.codex.session_store`, and the loop's finish retry)
 once the change they count is committed. A worker serves them itself on
 `WORKER_METRICS_PORT` (`worker.metrics_server`), or shares `PROMETHEUS_MULTIPROC_DIR` with
 the API processes of its host, whose `/metrics` then includes them (docs/operations.md).

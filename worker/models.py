@@ -86,10 +86,10 @@ class SessionStorage(models.TextChoices):
 
 
 class CodexSession(models.Model):
-    """The codex CLI's session record of one agent thread, kept centrally after every turn.
+    """A stored codex session: one agent thread's files, kept centrally after every turn.
 
-    The rollout files the CLI wrote for the thread, as one gzip-compressed tar (see
-    `worker.executors.codex_sessions`), held in `data` or in object storage under
+    The session (rollout) files the CLI wrote for the thread, as one gzip-compressed tar (see
+    `worker.codex.session_files`), held in `data` or in object storage under
     `object_name`. Any worker that resumes the thread restores it into its own `CODEX_HOME`.
     `sha256` and `size` describe the thread's latest files, also when they could not be held
     (too large, storage unreachable): `stored_size` is then null and `error` says why, so a

@@ -7,7 +7,7 @@ FAKE_CODEX_USAGE: per_turn (default) or cumulative: like codex 0.171.0, `exec re
 the thread's total so far in `turn.completed.usage` (kept per thread under $CODEX_HOME).
 FAKE_CODEX_TURN_USAGE: this turn's usage as a JSON object (default 1M input, 400k cached, 100k
 output).
-FAKE_CODEX_SESSION_RECORD: when set, the thread's totals are also appended, like the real
+FAKE_CODEX_SESSION_FILE: when set, the thread's totals are also appended, like the real
 CLI's rollout file, to $CODEX_HOME/sessions/2026/11/30/rollout-...-<thread>.jsonl.
 FAKE_CODEX_LOG: a file to which each call appends {"argv", "stdin", "cwd"} as one JSON line.
 The last agent message is "Done: <stdin>", so tests see what the executor was asked to run.
@@ -44,10 +44,10 @@ def thread_total(thread, turn):
     total = json.loads(state.read_text()) if state.exists() else {}
     total = {key: total.get(key, 0) + value for key, value in turn.items()}
     state.write_text(json.dumps(total))
-    if os.environ.get("FAKE_CODEX_SESSION_RECORD"):
-        record = home / "sessions/2026/11/30" / f"rollout-2026-11-30T00-00-00-{thread}.jsonl"
-        record.parent.mkdir(parents=True, exist_ok=True)
-        with record.open("a") as out:
+    if os.environ.get("FAKE_CODEX_SESSION_FILE"):
+        rollout = home / "sessions/2026/11/30" / f"rollout-2026-11-30T00-00-00-{thread}.jsonl"
+        rollout.parent.mkdir(parents=True, exist_ok=True)
+        with rollout.open("a") as out:
             context = {"type": "turn_context", "payload": {"model": "gpt-5-mini"}}
             out.write(json.dumps(context) + "\n")
             info = {"total_token_usage": total, "last_token_usage": turn}

@@ -16,9 +16,9 @@ from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.memory_tools import ToolRefused, tool_search
 from controlplane.models import Task, TaskEvent, TaskStatus
 from controlplane.services.task_keys import TASK_KEY_ENV, task_key_authenticate, task_key_hash
+from worker.codex import CodexExecutor
 from worker.executors import ExecutionRequest, ExecutionResult
 from worker.executors.base import MEMORY_COMMAND_ENV, MEMORY_URL_ENV, ExecutionControl
-from worker.executors.codex import CodexExecutor
 from worker.executors.command import CommandExecutor
 from worker.services import task_claim_next
 

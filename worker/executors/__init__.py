@@ -1,5 +1,6 @@
-"""Executors chosen by name: `echo` (default), `command`, `codex`."""
+"""Executors chosen by name: `echo` (default), `command`, `codex` (`worker.codex`)."""
 
+from worker.codex.executor import CodexExecutor
 from worker.executors.base import (
     ExecutionControl,
     ExecutionRequest,
@@ -7,7 +8,6 @@ from worker.executors.base import (
     Executor,
     TaskEventData,
 )
-from worker.executors.codex import CodexExecutor
 from worker.executors.command import CommandExecutor
 from worker.executors.echo import EchoExecutor
 

@@ -133,7 +133,7 @@ class ExecutionResult:
 
 class ThreadSessions(Protocol):
     """Where an agent's thread state is kept between runs, so any worker can resume it
-    (`worker.session_records.SessionKeeper`, bound to the task, worker and turn)."""
+    (`worker.codex.session_store.SessionKeeper`, bound to the task, worker and turn)."""
 
     def restore(self, *, thread_id: str, home: Path) -> str:
         """Make `home` hold the thread's latest state; raises an exception saying why not."""

@@ -27,8 +27,10 @@ from tests.worker.real_codex.responses_server import (
     message,
     web_search_call,
 )
-from worker.executors import ExecutionRequest, codex
-from worker.executors.codex import CodexExecutor, CodexStream
+from worker.codex import CodexExecutor
+from worker.codex import executor as codex_executor
+from worker.codex.stream import CodexStream
+from worker.executors import ExecutionRequest
 from worker.models import TaskRun
 
 RATES = {name: Decimal(value) for name, value in PRICES["test-model"].items()}
@@ -127,15 +129,15 @@ def test_the_pinned_cli_reports_thread_totals_on_resume(codex_setup, tmp_path):
     assert reported == [1200, 1200 + 1300, 1200 + 1300 + 1400]
 
 
-@pytest.mark.parametrize("signal_used", ["session_record", "ledger"])
+@pytest.mark.parametrize("signal_used", ["session_file", "ledger"])
 def test_three_turns_cost_what_the_model_server_was_asked_for(
     codex_setup, project, task_factory, worker_factory, monkeypatch, signal_used
 ):
     """Each run in the ledger costs what its request cost, the task and the month their sum,
-    whether the turn's own usage comes from the CLI's session record or, without one, from
+    whether the turn's own usage comes from the CLI's session file or, without one, from
     the CLI's thread total less the ledger's (WORKER_CODEX_RESUME_USAGE=cumulative)."""
     if signal_used == "ledger":
-        monkeypatch.setattr(codex, "session_record_read", lambda **kwargs: None)
+        monkeypatch.setattr(codex_executor, "session_totals_read", lambda **kwargs: None)
     codex_setup.server.script(*TURN_REPLIES)
     task = task_factory(project, prompt="Fix the login bug")
     worker = worker_factory(CodexExecutor())

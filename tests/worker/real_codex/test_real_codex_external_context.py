@@ -12,7 +12,7 @@ from tests.worker.real_codex.responses_server import (
     message,
     web_search_call,
 )
-from worker.executors.codex import CodexExecutor
+from worker.codex import CodexExecutor
 
 RESULT = "Sessions expire after 15 minutes of inactivity; the setting is SESSION_COOKIE_AGE."
 MCP_THEN_SEARCH = (

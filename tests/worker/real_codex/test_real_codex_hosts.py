@@ -1,5 +1,5 @@
 """One codex task on several hosts: the real CLI, a separate CODEX_HOME per host, the worker
-storing the thread's session record centrally after each turn and restoring it before each
+storing the thread's session centrally after each turn and restoring it before each
 resume; in the database and in a real S3-compatible server (moto's server mode)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from controlplane.models import TaskStatus, UsageRecord
 from tests.worker.real_codex.test_real_codex import TURN_REPLIES, continue_task, cost_of
-from worker.executors.codex import CodexExecutor
-from worker.executors.codex_sessions import session_files
+from worker.codex import CodexExecutor
+from worker.codex.session_files import session_files
 from worker.models import CodexSession
 
 PROMPTS = ("Fix the login bug", "Add a test", "Update the changelog")
@@ -20,7 +20,7 @@ PROMPTS = ("Fix the login bug", "Add a test", "Update the changelog")
 
 @pytest.fixture(params=["database", "object"])
 def storage(request):
-    """Where session records go: the database, or a bucket of the local S3 server."""
+    """Where stored sessions go: the database, or a bucket of the local S3 server."""
     if request.param == "object":
         return request.getfixturevalue("session_bucket")
     return None
@@ -179,7 +179,7 @@ def test_a_missing_record_fails_the_resume_saying_so(
     assert task.status == TaskStatus.FAILED
     # the CLI's own words, and ours on why
     assert f"no rollout found for thread id {task.thread_id}" in task.failure_reason
-    assert f"no session record of thread {task.thread_id} is stored" in task.failure_reason
+    assert f"no session of thread {task.thread_id} is stored" in task.failure_reason
     assert len(requests) == 1
 
 

@@ -15,7 +15,7 @@ import pytest
 from controlplane.models import TaskStatus
 from tests.worker.real_codex.responses_server import Reply, mcp_tool_call, message
 from tests.worker.test_agent_isolation import HOSTILE, Targets, bwrap_or_skip
-from worker.executors.codex import CodexExecutor
+from worker.codex import CodexExecutor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

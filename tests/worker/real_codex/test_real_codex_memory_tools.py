@@ -19,7 +19,7 @@ from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories as real_inject_memories
 from controlplane.models import IdentityMemory, MonthlySpend, TaskEvent, TaskStatus, UsageRecord
 from tests.worker.real_codex.responses_server import Reply, mcp_tool_call, message
-from worker.executors.codex import CodexExecutor
+from worker.codex import CodexExecutor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 # What the worker's environment says about the database: nothing the agent's side may use

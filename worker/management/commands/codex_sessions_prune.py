@@ -1,18 +1,18 @@
-"""`manage.py codex_sessions_prune`: retention of stored codex session records."""
+"""`manage.py codex_sessions_prune`: retention of stored codex sessions."""
 
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from worker.session_records import codex_sessions_prune
+from worker.codex.session_store import codex_sessions_prune
 
 
 class Command(BaseCommand):
     help = (
-        "Delete stored codex session records not updated for --idle-days days (their tasks then "
+        "Delete stored codex sessions not updated for --idle-days days (their tasks then "
         "resume only on a worker that still has the thread), and objects in object storage no "
-        "record names (those of deleted tasks). Run it daily, e.g. from cron."
+        "row names (those of deleted tasks). Run it daily, e.g. from cron."
     )
 
     def add_arguments(self, parser):
@@ -20,7 +20,7 @@ class Command(BaseCommand):
             "--idle-days",
             type=int,
             default=None,
-            help="Delete records of threads with no run for this many days (default: keep all).",
+            help="Delete the stored sessions of threads idle this many days (default: keep all).",
         )
         parser.add_argument(
             "--no-orphans", action="store_true", help="Leave unnamed objects in object storage."
@@ -39,6 +39,6 @@ class Command(BaseCommand):
         )
         verb = "would delete" if dry_run else "deleted"
         self.stdout.write(
-            f"codex session records: {verb} {report.records_deleted} records and "
+            f"stored codex sessions: {verb} {report.sessions_deleted} sessions and "
             f"{report.objects_deleted} objects"
         )

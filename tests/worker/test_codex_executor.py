@@ -1,4 +1,5 @@
-"""The `codex` executor against a fake `codex` binary that prints a realistic event stream."""
+"""The `codex` executor (`worker.codex`) against a fake `codex` binary that prints a realistic
+event stream."""
 
 import gzip
 import json
@@ -11,16 +12,10 @@ import pytest
 
 from controlplane.models import TaskEvent, TaskStatus
 from worker.checks import worker_settings_check
+from worker.codex import CodexExecutor
+from worker.codex.stream import CodexStream, stderr_reason
 from worker.executors import ExecutionControl, ExecutionRequest
 from worker.executors.base import TokenUsage
-from worker.executors.codex import (
-    CodexExecutor,
-    CodexStream,
-    session_record_read,
-    stderr_reason,
-    turn_usage,
-    usage_price,
-)
 from worker.models import CodexSession, TaskRun
 
 FAKE = Path(__file__).with_name("fake_codex.py")
@@ -39,7 +34,7 @@ def codex(tmp_path, settings, monkeypatch):
     home = tmp_path / "codex-home"
     home.mkdir()
     monkeypatch.setenv("CODEX_HOME", str(home))
-    for name in ("FAKE_CODEX_USAGE", "FAKE_CODEX_TURN_USAGE", "FAKE_CODEX_SESSION_RECORD"):
+    for name in ("FAKE_CODEX_USAGE", "FAKE_CODEX_TURN_USAGE", "FAKE_CODEX_SESSION_FILE"):
         monkeypatch.delenv(name, raising=False)
     settings.WORKER_CODEX_BINARY = str(binary)
     settings.WORKER_TASK_ROOT = str(tmp_path / "tasks")
@@ -52,7 +47,7 @@ def codex(tmp_path, settings, monkeypatch):
         "FAKE_CODEX_MODE",
         "FAKE_CODEX_USAGE",
         "FAKE_CODEX_TURN_USAGE",
-        "FAKE_CODEX_SESSION_RECORD",
+        "FAKE_CODEX_SESSION_FILE",
     ]
     settings.WORKER_CODEX_SANDBOX = "workspace-write"
     settings.WORKER_CODEX_MODEL = ""
@@ -78,8 +73,8 @@ def codex(tmp_path, settings, monkeypatch):
         def turn_usage(self, **counts):
             monkeypatch.setenv("FAKE_CODEX_TURN_USAGE", json.dumps(counts))
 
-        def session_record(self):
-            monkeypatch.setenv("FAKE_CODEX_SESSION_RECORD", "1")
+        def session_file(self):
+            monkeypatch.setenv("FAKE_CODEX_SESSION_FILE", "1")
 
         home = tmp_path / "codex-home"
 
@@ -115,7 +110,7 @@ def test_a_first_turn_runs_codex_exec_json_with_the_prompt_on_stdin(codex, setti
 
 
 def test_it_reads_the_result_thread_cost_and_events_and_skips_malformed_lines(codex, caplog):
-    with caplog.at_level(logging.WARNING, logger="worker.executors.codex"):
+    with caplog.at_level(logging.WARNING, logger="worker.codex"):
         result = CodexExecutor().execute(_request(), control=ExecutionControl())
 
     assert result.status == "completed"
@@ -262,48 +257,6 @@ TURN = TokenUsage(
 )  # what fake_codex reports for one turn: $2.20 at PRICES
 
 
-@pytest.mark.parametrize(
-    ("usage", "model", "expected"),
-    [
-        (TokenUsage(input_tokens=1_000_000), "gpt-x", Decimal("2.000000")),
-        (TokenUsage(input_tokens=10**6, cached_input_tokens=10**6), "gpt-x", Decimal("0.5")),
-        # cache writes at their own rate; without one, at the input rate
-        (TokenUsage(input_tokens=10**6, cache_write_input_tokens=10**6), "cw", Decimal("2.5")),
-        (TokenUsage(input_tokens=10**6, cache_write_input_tokens=10**6), "gpt-x", Decimal("2")),
-        # reasoning tokens are a part of output tokens: billed once
-        (TokenUsage(output_tokens=1_000, reasoning_output_tokens=600), "gpt-x", Decimal("0.008")),
-        (TokenUsage(input_tokens=1_000_000), "cheap", Decimal("0.100000")),
-        # counts that claim more cached than input are capped at the input
-        (TokenUsage(input_tokens=100, cached_input_tokens=500), "gpt-x", Decimal("0.000050")),
-    ],
-)
-def test_usage_is_priced_per_million_tokens(usage, model, expected):
-    prices = {
-        **PRICES,
-        "cheap": {"input": "0.1", "cached_input": "0.01", "output": "0.4"},
-        "cw": {"input": "2", "cached_input": "0.5", "cache_write": "2.5", "output": "8"},
-    }
-    assert usage_price(usage=usage, model=model, prices=prices) == expected
-
-
-def test_input_cached_and_cache_writes_are_priced_apart():
-    usage = TokenUsage(
-        input_tokens=1_000_000,
-        cached_input_tokens=500_000,
-        cache_write_input_tokens=200_000,
-        output_tokens=10_000,
-        reasoning_output_tokens=4_000,
-    )
-    prices = {"default": {"input": "2", "cached_input": "0.5", "cache_write": "3", "output": "8"}}
-    # 300k at $2 + 500k at $0.50 + 200k at $3 + 10k at $8, per million
-    assert usage_price(usage=usage, model="", prices=prices) == Decimal("1.530000")
-
-
-def test_no_price_at_all_counts_zero():
-    usage = TokenUsage(input_tokens=10, output_tokens=10)
-    assert usage_price(usage=usage, model="x", prices={}) == Decimal("0")
-
-
 def test_the_stream_sums_usage_and_keeps_the_last_message():
     stream = CodexStream()
     for line in [
@@ -378,123 +331,31 @@ def test_auto_reads_a_report_that_covers_the_recorded_total_as_cumulative(codex,
 
 def test_a_resumed_thread_with_no_recorded_usage_is_billed_the_whole_report(codex, caplog):
     codex.usage("cumulative")
-    with caplog.at_level(logging.WARNING, logger="worker.executors.codex"):
+    with caplog.at_level(logging.WARNING, logger="worker.codex"):
         results = _turns(codex, 2, thread_usage_known=False)
     assert results[1].usage == TURN + TURN  # an upper bound, never less than was spent
     assert "no recorded earlier usage" in caplog.text
 
 
-def test_the_cli_s_session_record_decides_whatever_the_ledger_knows(codex, settings):
+def test_the_cli_s_session_file_decides_whatever_the_ledger_knows(codex, settings):
     codex.usage("cumulative")
-    codex.session_record()
+    codex.session_file()
     settings.WORKER_CODEX_PRICES = {**PRICES, "gpt-5-mini": {"input": "1", "output": "1"}}
     results = _turns(codex, 3, thread_usage_known=False)
     assert [r.usage for r in results] == [TURN, TURN, TURN]
-    # no WORKER_CODEX_MODEL: the model the session record names is priced
+    # no WORKER_CODEX_MODEL: the model the session file names is priced
     assert [r.model for r in results] == ["gpt-5-mini"] * 3
     assert [r.cost_usd for r in results] == [Decimal("1.1")] * 3
 
 
-def test_a_checkpoint_resume_on_a_thread_with_a_session_record_bills_only_itself(codex):
+def test_a_checkpoint_resume_on_a_thread_with_a_session_file_bills_only_itself(codex):
     codex.usage("cumulative")
-    codex.session_record()
+    codex.session_file()
     first = CodexExecutor().execute(_request(), control=ExecutionControl())
     resume = _request(is_resume=True, thread_id=first.thread_id)
     again = CodexExecutor().execute(resume, control=ExecutionControl())
     assert again.usage == TURN
     assert again.thread_id == first.thread_id
-
-
-@pytest.mark.parametrize(
-    ("fields", "expected", "source"),
-    [
-        # a new thread reports its own usage
-        ({"resumed": False}, TokenUsage(30, 10, 0, 3, 1), "fresh_thread"),
-        ({"mode": "per_turn"}, TokenUsage(30, 10, 0, 3, 1), "per_turn"),
-        ({}, TokenUsage(20, 6, 0, 2, 1), "cumulative"),
-        ({"thread_usage": None}, TokenUsage(30, 10, 0, 3, 1), "unknown_previous"),
-        # a report below the recorded total: floored per count, or per-turn under auto
-        ({"thread_usage": TokenUsage(40, 4, 0, 1, 0)}, TokenUsage(0, 6, 0, 2, 1), "cumulative"),
-        (
-            {"thread_usage": TokenUsage(40, 4, 0, 1, 0), "mode": "auto"},
-            TokenUsage(30, 10, 0, 3, 1),
-            "per_turn",
-        ),
-        # the session record wins over the report
-        (
-            {
-                "session_before": TokenUsage(25, 9, 0, 2, 0),
-                "session_after": TokenUsage(30, 10),
-                "thread_usage": TokenUsage(99),  # more than the record: the record decides
-            },
-            TokenUsage(5, 1, 0, 0, 0),
-            "session_record",
-        ),
-        # ... and what it counted before this run that no recorded run billed is billed now
-        (
-            {
-                "session_before": TokenUsage(25, 9, 0, 2, 0),
-                "session_after": TokenUsage(30, 10, 0, 3, 0),
-            },
-            TokenUsage(20, 6, 0, 2, 0),
-            "session_record",
-        ),
-        (
-            {
-                "session_before": TokenUsage(25, 9, 0, 2, 0),
-                "session_after": TokenUsage(30, 10, 0, 3, 0),
-                "thread_usage": None,
-            },
-            TokenUsage(5, 1, 0, 1, 0),
-            "session_record",
-        ),
-        (
-            {"resumed": False, "session_after": TokenUsage(7, 0, 0, 1, 0)},
-            TokenUsage(7, 0, 0, 1, 0),
-            "session_record",
-        ),
-        # a record after the run but none before a resume: not trusted
-        ({"session_after": TokenUsage(99)}, TokenUsage(20, 6, 0, 2, 1), "cumulative"),
-    ],
-)
-def test_turn_usage_rules(fields, expected, source):
-    values = {
-        "reported": TokenUsage(30, 10, 0, 3, 1),
-        "resumed": True,
-        "session_before": None,
-        "session_after": None,
-        "thread_usage": TokenUsage(10, 4, 0, 1, 0),
-        "mode": "cumulative",
-    }
-    decision = turn_usage(**{**values, **fields})
-    assert (decision.usage, decision.source) == (expected, source)
-
-
-def test_a_session_record_is_looked_up_only_for_a_plain_thread_id(tmp_path):
-    sessions = tmp_path / "sessions" / "2026" / "11" / "30"
-    sessions.mkdir(parents=True)
-    (sessions / "rollout-2026-11-30T00-00-00-abc.jsonl").write_text(
-        '{"type":"event_msg","payload":{"type":"token_count","info":null}}\n'
-        "not json\n"
-        '{"type":"event_msg","payload":{"type":"token_count","info":{"total_token_usage":'
-        '{"input_tokens":5,"output_tokens":2}}}}\n'
-    )
-    assert session_record_read(thread_id="abc", home=tmp_path).total == TokenUsage(5, 0, 0, 2, 0)
-    assert session_record_read(thread_id="*", home=tmp_path) is None
-    assert session_record_read(thread_id="../abc", home=tmp_path) is None
-    assert session_record_read(thread_id="other", home=tmp_path) is None
-
-
-def test_a_uuid7_thread_s_record_is_found_in_its_creation_day_folder(tmp_path):
-    thread = "01a22d31-d416-7111-9d9a-790d41bbe1a2"  # created 2026-11-30T16:02:50Z
-    for day in ("2026/11/30", "2026/12/25"):
-        folder = tmp_path / "sessions" / day
-        folder.mkdir(parents=True)
-        info = {"total_token_usage": {"input_tokens": int(day[-2:])}}
-        count = {"type": "event_msg", "payload": {"type": "token_count", "info": info}}
-        (folder / f"rollout-x-{thread}.jsonl").write_text(json.dumps(count) + "\n")
-    # the creation day's record wins over any other folder's
-    assert session_record_read(thread_id=thread, home=tmp_path).total == TokenUsage(30)
 
 
 # --- Failure reasons --------------------------------------------------------------------------
@@ -563,7 +424,7 @@ def test_links_an_agent_plants_in_its_codex_home_are_never_followed(
     """A hijacked agent links its session file to the worker's database and its config file
     to a file of the control plane: the worker neither stores the one nor overwrites the
     other, and the next turn gets a real copy of the configuration."""
-    codex.session_record()
+    codex.session_file()
     secret = tmp_path / "controlplane.sqlite3"
     secret.write_text("SQLite format 3 the worker's database")
     victim = tmp_path / "settings.py"

@@ -6,7 +6,7 @@ any day folder and appends the new turn to the same file. An archive holds every
 one thread: an uncompressed tar of them (paths relative to `sessions/`, sorted, with fixed
 metadata, so the same files always give the same bytes and the same SHA-256), stored gzip-
 compressed. The checksum is taken over the tar, so it tells a current local copy apart from a
-stale one as well as a corrupt stored record from a good one.
+stale one as well as a corrupt stored session from a good one.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def session_archive_open(
 ) -> SessionArchive:
     """The archive stored as `compressed`, checked against its recorded size and checksum.
 
-    Decompression stops one byte past `size`, so a corrupt or hostile record cannot expand
+    Decompression stops one byte past `size`, so a corrupt or hostile archive cannot expand
     without bound. Raises SessionArchiveError naming what is wrong.
     """
     decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip

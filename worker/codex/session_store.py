@@ -1,15 +1,18 @@
-"""Codex session records kept centrally, so a task's agent thread resumes on any worker.
+"""Stored codex sessions: a thread's session files kept centrally, so it resumes on any worker.
 
-After every codex run the worker stores the thread's rollout files (an archive, see
-`worker.executors.codex_sessions`) as the thread's one `CodexSession` row: the compressed
+After every codex run the worker stores the thread's session files (an archive, see
+`worker.codex.session_files`) as the thread's one `CodexSession` row: the compressed
 bytes in the row itself (`WORKER_CODEX_SESSION_STORAGE=database`, the default) or in object
 storage (an `s3://` URL, through django-storages). Before a resume, a worker whose
 `CODEX_HOME` lacks the thread, or holds another state of it, restores the stored one.
 
-The stored record is the authority: a local copy is used as it is only when its checksum
-equals the record's (or when nothing was ever stored for the thread). A record is written only
-by the worker that still holds the task, in the transaction that checks it, so a worker whose
-task was taken over cannot overwrite the new holder's record with its discarded run.
+The stored session is the authority: a local copy is used as it is only when its checksum
+equals the stored one's (or when nothing was ever stored for the thread). A session is stored
+only by the worker that still holds the task, in the transaction that checks it, so a worker
+whose task was taken over cannot overwrite the new holder's session with its discarded run.
+
+`SessionKeeper` is what the loop hands the executor (`ExecutionControl.sessions`); the
+`codex_sessions_prune` command deletes idle stored sessions.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from django.utils import timezone
 
 from controlplane.models import Task, TaskStatus
 from worker import metrics
-from worker.executors.codex_sessions import (
+from worker.codex.session_files import (
     SessionArchive,
     SessionArchiveError,
     session_archive_build,
@@ -39,21 +42,22 @@ from worker.models import CodexSession, SessionStorage
 
 logger = logging.getLogger(__name__)
 
-# The entry of Django's STORAGES that holds session records when they go to object storage
+# The entry of Django's STORAGES that holds stored sessions when they go to object storage
 # (settings.py fills it from an `s3://` WORKER_CODEX_SESSION_STORAGE).
 OBJECT_STORAGE_ALIAS = "codex_sessions"
-# Restore outcomes: the local copy is the stored record's state; the stored record was written
-# into CODEX_HOME; nothing stored, the local copy is used; nothing anywhere (the CLI decides).
+# Restore outcomes: the local copy is the stored session's state; the stored session was
+# written into CODEX_HOME; nothing stored, the local copy is used; nothing anywhere (the CLI
+# decides).
 RESTORE_OUTCOMES = ("current", "restored", "local_only", "absent")
 ORPHAN_GRACE = timedelta(hours=1)
 
 
-class SessionRecordError(Exception):
-    """The thread's stored record cannot be used to resume it; the message says why."""
+class StoredSessionError(Exception):
+    """The thread's stored session cannot be used to resume it; the message says why."""
 
 
 def session_storage_kind() -> str:
-    """Where new records go: `database` or `object` (WORKER_CODEX_SESSION_STORAGE)."""
+    """Where new sessions are stored: `database` or `object` (WORKER_CODEX_SESSION_STORAGE)."""
     if settings.WORKER_CODEX_SESSION_STORAGE == SessionStorage.DATABASE:
         return SessionStorage.DATABASE
     return SessionStorage.OBJECT
@@ -169,49 +173,49 @@ def _object_delete_unless_used(name: str) -> None:
 def codex_session_restore(*, thread_id: str, home: Path) -> str:
     """Make `home` hold the thread's stored state before a resume; one of RESTORE_OUTCOMES.
 
-    Raises SessionRecordError when the stored record cannot be used: not held (and why),
+    Raises StoredSessionError when the stored session cannot be used: not held (and why),
     its object missing from object storage, or corrupt (it does not decompress, its size or
     SHA-256 differs from the row's, it holds something else than the thread's session files).
     """
-    record = CodexSession.objects.defer("data").filter(thread_id=thread_id).first()
+    stored = CodexSession.objects.defer("data").filter(thread_id=thread_id).first()
     local = session_archive_build(thread_id=thread_id, home=home)
-    if record is None:
+    if stored is None:
         return "local_only" if local is not None else "absent"
-    if local is not None and local.sha256 == record.sha256:
+    if local is not None and local.sha256 == stored.sha256:
         return "current"
-    label = f"the session record of codex thread {thread_id} (stored after turn {record.turn})"
-    if record.stored_size is None:
-        raise SessionRecordError(f"{label} is not held: {record.error}")
-    compressed = _payload_read(record, label=label)
+    label = f"the session of codex thread {thread_id} (stored after turn {stored.turn})"
+    if stored.stored_size is None:
+        raise StoredSessionError(f"{label} is not held: {stored.error}")
+    compressed = _payload_read(stored, label=label)
     try:
         archive = session_archive_open(
-            thread_id=thread_id, compressed=compressed, sha256=record.sha256, size=record.size
+            thread_id=thread_id, compressed=compressed, sha256=stored.sha256, size=stored.size
         )
     except SessionArchiveError as exc:
-        raise SessionRecordError(f"{label} is corrupt: {exc}") from None
+        raise StoredSessionError(f"{label} is corrupt: {exc}") from None
     session_archive_extract(archive=archive, home=home)
     return "restored"
 
 
-def _payload_read(record: CodexSession, *, label: str) -> bytes:
-    if record.storage == SessionStorage.DATABASE:
-        data = CodexSession.objects.filter(pk=record.pk).values_list("data", flat=True).first()
+def _payload_read(stored: CodexSession, *, label: str) -> bytes:
+    if stored.storage == SessionStorage.DATABASE:
+        data = CodexSession.objects.filter(pk=stored.pk).values_list("data", flat=True).first()
         if data is None:
-            raise SessionRecordError(f"{label} is missing: the row holds no bytes")
+            raise StoredSessionError(f"{label} is missing: the row holds no bytes")
         return bytes(data)
     try:
-        with _object_storage().open(record.object_name, "rb") as stored:
-            return stored.read()
+        with _object_storage().open(stored.object_name, "rb") as handle:
+            return handle.read()
     except FileNotFoundError:
-        raise SessionRecordError(
-            f"{label} is missing: object storage has no {record.object_name}"
+        raise StoredSessionError(
+            f"{label} is missing: object storage has no {stored.object_name}"
         ) from None
     except Exception as exc:
         if _is_not_found(exc):
-            raise SessionRecordError(
-                f"{label} is missing: object storage has no {record.object_name}"
+            raise StoredSessionError(
+                f"{label} is missing: object storage has no {stored.object_name}"
             ) from None
-        raise SessionRecordError(
+        raise StoredSessionError(
             f"{label} could not be read from object storage: {_describe(exc)}"
         ) from None
 
@@ -247,17 +251,17 @@ class SessionKeeper:
     claimed_at: datetime | None = None
 
     def restore(self, *, thread_id: str, home: Path) -> str:
-        """One of RESTORE_OUTCOMES; raises SessionRecordError with the reason it cannot."""
+        """One of RESTORE_OUTCOMES; raises StoredSessionError with the reason it cannot."""
         started = time.perf_counter()
         try:
             outcome = codex_session_restore(thread_id=thread_id, home=home)
-        except SessionRecordError:
+        except StoredSessionError:
             metrics.session_restores.labels("failed").inc()
             raise
         except (DatabaseError, OSError) as exc:
             metrics.session_restores.labels("failed").inc()
-            raise SessionRecordError(
-                f"the session record of codex thread {thread_id} could not be read: "
+            raise StoredSessionError(
+                f"the stored session of codex thread {thread_id} could not be read: "
                 f"{_describe(exc)}"
             ) from None
         seconds = time.perf_counter() - started
@@ -339,7 +343,7 @@ class SessionKeeper:
 
 @dataclass(frozen=True)
 class PruneReport:
-    records_deleted: int = 0
+    sessions_deleted: int = 0
     objects_deleted: int = 0
 
 
@@ -350,15 +354,16 @@ def codex_sessions_prune(
     dry_run: bool = False,
     now: datetime | None = None,
 ) -> PruneReport:
-    """Delete records not updated since `idle_before` (their threads then resume only where a
-    local copy is), and, with `orphans`, objects in object storage that no row names (those of
-    deleted tasks, or of a store interrupted between upload and commit) older than an hour."""
-    records = 0
+    """Delete stored sessions not updated since `idle_before` (their threads then resume only
+    where a local copy is), and, with `orphans`, objects in object storage that no row names
+    (those of deleted tasks, or of a store interrupted between upload and commit) older than
+    an hour."""
+    sessions = 0
     doomed_objects: list[str] = []
     if idle_before is not None:
         stale = CodexSession.objects.filter(updated_at__lt=idle_before)
         doomed_objects += [name for name in stale.values_list("object_name", flat=True) if name]
-        records = stale.count() if dry_run else stale.delete()[0]
+        sessions = stale.count() if dry_run else stale.delete()[0]
     if orphans and session_storage_kind() == SessionStorage.OBJECT:
         doomed_objects += _orphan_objects(written_before=(now or timezone.now()) - ORPHAN_GRACE)
     deleted = 0
@@ -366,7 +371,7 @@ def codex_sessions_prune(
         if not dry_run:
             _object_delete_unless_used(name)
         deleted += 1
-    return PruneReport(records_deleted=records, objects_deleted=deleted)
+    return PruneReport(sessions_deleted=sessions, objects_deleted=deleted)
 
 
 def _orphan_objects(*, written_before: datetime) -> list[str]:
