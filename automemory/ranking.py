@@ -6,7 +6,7 @@ project sees (or that are held for that user: privacy by consent), that are acti
 held for review: not flagged as instruction-like without an approval, and not reported
 without a review (`RECEIVABLE`). They are ranked per scope:
 
-- `recent`: newest first (SPEC v1);
+- `recent`: newest first (the default);
 - `relevant`: the best full-text matches for the task's goal and prompt first, the newest
   filling the free slots. With `AUTOMEMORY_RANKING_FEEDBACK` on, a match's score counts what
   tasks said of the memory: cited ones rank up to 1.5x better, and one injected into

@@ -12,8 +12,8 @@ It prints, in one run:
 2. every adversarial input (tests/automemory/redactor/adversarial.py) at the same size, and the
    worst one's time as a ratio of the ordinary text's;
 3. recall / false-positive rate / MB/s on the labelled corpus (tests/automemory/redactor/corpus.py),
-   whole and its issue 8 part (short values, every assignment syntax, newer provider
-   formats) and its issue 19 part (secrets in disguise, the residue forms and the
+   whole, its syntax part (short values, every assignment syntax, newer provider
+   formats) and its disguised part (secrets in disguise, the residue forms and the
    reference forms that were damaged), for this redactor and for detect-secrets used as a
    library (default plugins and filters, ``detect_secrets.core.scan.scan_line``), plus
    detect-secrets' MB/s on the 1 MB agent output;
@@ -51,8 +51,8 @@ CLOCK = time.process_time if "--cpu" in sys.argv else time.perf_counter
 
 from automemory.services.redactor import RULES, redact  # noqa: E402
 from tests.automemory.redactor.adversarial import ADVERSARIAL  # noqa: E402
-from tests.automemory.redactor.corpus import Sample, build_corpus, build_issue8_corpus  # noqa: E402
-from tests.automemory.redactor.corpus19 import build_issue19_corpus  # noqa: E402
+from tests.automemory.redactor.corpus import Sample, build_corpus, build_syntax_corpus  # noqa: E402
+from tests.automemory.redactor.corpus_disguised import build_disguised_corpus  # noqa: E402
 
 ROOT = harness.BASE_DIR
 
@@ -298,8 +298,8 @@ def run(args) -> None:
     # 3. labelled corpus, side by side
     for title, corpus in (
         ("Labelled corpus", build_corpus()),
-        ("Issue 8 part", build_issue8_corpus()),
-        ("Issue 19 part", build_issue19_corpus()),
+        ("Syntax part (short values, every syntax, newer providers)", build_syntax_corpus()),
+        ("Disguised part (disguises, residue, reference forms)", build_disguised_corpus()),
     ):
         _print_corpus_table(title, corpus, redactors)
     if args.samples:

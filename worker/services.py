@@ -541,7 +541,7 @@ def tasks_recover_stale(
             updated_at=now,
             memory_key_hash="",
         )
-        _runs_lost(rows=rows, now=now)
+        _record_lost_runs(rows=rows, now=now)
         AuditEvent.objects.bulk_create(
             [
                 AuditEvent(
@@ -572,13 +572,14 @@ def tasks_recover_stale(
     return ids
 
 
-def _runs_lost(*, rows: list[dict], now: datetime) -> None:
-    """The recovered runs in the run history, as `lost`. A run opened by a worker of an
-    earlier release (which wrote an open `running` row at its claim) is closed instead."""
+def _record_lost_runs(*, rows: list[dict], now: datetime) -> None:
+    """Write each recovered run to the run history as `lost`, one row per task. A task that
+    already has an open `running` row (a worker that opens its run row at the claim, and
+    leaves no claim time on the task) gets that row closed as `lost` instead of a second one."""
     ids = [row["id"] for row in rows]
     open_runs = TaskRun.objects.filter(task_id__in=ids, outcome=RunOutcome.RUNNING)
-    legacy = set(open_runs.values_list("task_id", flat=True))
-    if legacy:
+    with_open_run = set(open_runs.values_list("task_id", flat=True))
+    if with_open_run:
         open_runs.update(outcome=RunOutcome.LOST, finished_at=now)
     TaskRun.objects.bulk_create(
         [
@@ -593,6 +594,6 @@ def _runs_lost(*, rows: list[dict], now: datetime) -> None:
                 outcome=RunOutcome.LOST,
             )
             for row in rows
-            if row["id"] not in legacy
+            if row["id"] not in with_open_run
         ]
     )

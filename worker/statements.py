@@ -126,7 +126,7 @@ def finish_update_sql(
         f" AND {column(Task, 'worker_id')} = %s"
     )
     params.extend([task.pk, worker_id])
-    if task.claimed_at is not None:  # the fence (a task claimed by an earlier release has none)
+    if task.claimed_at is not None:  # the fence (a claim with no claim time: worker id only)
         where += f" AND {column(Task, 'claimed_at')} = %s"
         params.append(_dt(task.claimed_at))
     return f"UPDATE {table(Task)} SET {', '.join(sets)} WHERE {where} RETURNING {returning}", params

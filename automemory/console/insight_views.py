@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 
 from automemory import selectors
 from automemory.api.serializers import PreviewInput
-from automemory.console import charts, forms
+from automemory.console import charts, settings_fields
 from automemory.console.views import access_get
 from automemory.services.injector import InjectionPlan, LeftOutReason, memory_preview
 from controlplane.access import READ, project_get_for
@@ -87,7 +87,8 @@ def project_preview(request: HttpRequest, project_id: str) -> HttpResponse:
             )
         else:
             context["preview_errors"] = {
-                name: forms.error_messages(found) for name, found in serializer.errors.items()
+                name: settings_fields.error_messages(found)
+                for name, found in serializer.errors.items()
             }
             status = 400
     htmx = getattr(request, "htmx", None)

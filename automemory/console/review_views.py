@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from automemory import selectors
 from automemory.api.serializers import ReportInputSerializer
-from automemory.console import forms
+from automemory.console import settings_fields
 from automemory.console.views import access_get
 from automemory.models import FeedbackVia, ReportReason
 from automemory.services.feedback import memory_report
@@ -123,7 +123,9 @@ def memory_report_page(request: HttpRequest, memory_id: str) -> HttpResponse:
             )
             return redirect("console:memory", memory.pk)
     else:
-        errors = {name: forms.error_messages(found) for name, found in serializer.errors.items()}
+        errors = {
+            name: settings_fields.error_messages(found) for name, found in serializer.errors.items()
+        }
     context = _report_context(memory, reason=data["reason"], note=data["note"], errors=errors)
     return render(request, "console/memory_report.html", context, status=status)
 

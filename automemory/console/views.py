@@ -26,7 +26,7 @@ from automemory.api.serializers import (
     AutoMemorySettingsSerializer,
     RunSummarySerializer,
 )
-from automemory.console import forms
+from automemory.console import settings_fields
 from automemory.console.explanations import REASON_EXPLANATIONS, reason_explanation
 from automemory.models import Outcome, Reason
 from automemory.services.extraction.sweep import SweepBusy, process_auto_memories
@@ -126,7 +126,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
     errors: dict[str, list[str]] = {}
     status = 200
     if request.method == "POST":
-        data = forms.settings_data_from_post(request.POST)
+        data = settings_fields.settings_data_from_post(request.POST)
         serializer = AutoMemorySettingsSerializer(data=data)
         if serializer.is_valid():
             changes = {
@@ -140,16 +140,18 @@ def settings_page(request: HttpRequest) -> HttpResponse:
             else:
                 messages.info(request, "Nothing changed; skipped tasks will be looked at again.")
             return redirect("console:settings")
-        errors = {name: forms.error_messages(found) for name, found in serializer.errors.items()}
+        errors = {
+            name: settings_fields.error_messages(found) for name, found in serializer.errors.items()
+        }
         values = {**values, **data}
         status = 400
     fields = [
         {
             "spec": spec,
-            "value": forms.settings_form_value(spec, values[spec.name]),
+            "value": settings_fields.settings_form_value(spec, values[spec.name]),
             "errors": errors.get(spec.name, []),
         }
-        for spec in forms.settings_fields()
+        for spec in settings_fields.settings_fields()
     ]
     groups: dict[str, list[dict]] = {}
     for field in fields:
@@ -166,7 +168,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
                 if name not in SETTINGS_FIELDS
                 for message in found
             ],
-            "ranking_choices": forms.INJECTION_RANKING_CHOICES,
+            "ranking_choices": settings_fields.INJECTION_RANKING_CHOICES,
             "updated_at": current.updated_at,
         },
         status=status,
@@ -179,7 +181,9 @@ def _log_filters(query: QueryDict) -> tuple[dict[str, str], dict[str, list[str]]
     serializer = AutoMemoryLogFilterInput(data={k: v for k, v in data.items() if v})
     if serializer.is_valid():
         return dict(serializer.validated_data), {}
-    return {}, {name: forms.error_messages(found) for name, found in serializer.errors.items()}
+    return {}, {
+        name: settings_fields.error_messages(found) for name, found in serializer.errors.items()
+    }
 
 
 @login_required
@@ -253,7 +257,7 @@ def run_now(request: HttpRequest) -> HttpResponse:
     """Run the extraction sweep over the user's tasks now (the API's service), then show the log
     with the sweep's summary on top. `force=1` skips the waiting gates (idle, duration,
     length), as the API's `force`. Post/redirect/get: reloading the log does not sweep again."""
-    force, problems = forms.run_force_from_post(request.POST)
+    force, problems = settings_fields.run_force_from_post(request.POST)
     if force is None:
         return render(
             request,

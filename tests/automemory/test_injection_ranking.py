@@ -1,4 +1,4 @@
-"""`injection_ranking`: `recent` (SPEC section 7) and `relevant` (the database's full-text search).
+"""`injection_ranking`: `recent` (newest first) and `relevant` (the database's full-text search).
 
 Runs on SQLite (FTS5, BM25) and, with DATABASE_URL, on PostgreSQL (tsvector, GIN, ts_rank_cd).
 """

@@ -1,5 +1,5 @@
 """Secrets written in disguise are refused as manual memories and redacted from auto
-memories (issue 19): full-width forms, a zero-width space inside a token,
+memories: full-width forms, a zero-width space inside a token,
 percent-encoding, HTML entities and base64 text."""
 
 from __future__ import annotations

@@ -136,12 +136,12 @@ def test_a_worker_cannot_write_with_an_older_claim_of_the_same_task(project, tas
     assert list(runs) == [("lost", old.claimed_at), ("completed", new.claimed_at)]
 
 
-def test_recovery_closes_the_open_run_a_worker_of_an_earlier_release_wrote(project, task_factory):
-    """Before the run history was written once per run, a claim opened a `running` row; a
-    task recovered from such a worker gets that row closed as lost, not a second row."""
+def test_recovery_closes_a_run_row_opened_at_the_claim(project, task_factory):
+    """A worker that opens a `running` row at its claim (and leaves no claim time): the task
+    recovered from it gets that row closed as lost, not a second row."""
     with freeze_time("2026-03-02 10:00:00"):
         task = _claimed(project, task_factory)
-        Task.objects.filter(pk=task.pk).update(claimed_at=None)  # claimed by the old code
+        Task.objects.filter(pk=task.pk).update(claimed_at=None)  # a claim with no claim time
         TaskRun.objects.create(
             task=task, turn=1, worker_id="w-old", executor="echo", started_at=timezone.now()
         )
@@ -156,7 +156,7 @@ def test_recovery_takes_a_batch_in_a_fixed_number_of_statements(
     project, task_factory, django_assert_max_num_queries
 ):
     """One read, then one transaction whatever the batch: lock, update, runs, audit events
-    (and the check for open runs of an earlier release)."""
+    (and the check for run rows left open at a claim)."""
     with freeze_time("2026-03-02 10:00:00"):
         for _ in range(12):
             _claimed(project, task_factory)

@@ -1,5 +1,6 @@
-"""The gates, in SPEC order: generate switch, idle, duration and length, external context,
-quota. A task that fails one is skipped with the gate's reason code and tried again later.
+"""The gates, in the order they are checked: generate switch, idle, duration and length,
+external context, quota. A task that fails one is skipped with the gate's reason code and
+tried again later.
 
 `force` skips the idle, duration and length gates, never the switch, external-context or
 quota gates. The quota gate reads every user's quota of the batch at once and fails closed:

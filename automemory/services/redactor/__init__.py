@@ -1,4 +1,4 @@
-"""Secret redaction for everything auto memory stores or logs (SPEC section 6).
+"""Secret redaction for everything auto memory stores or logs.
 
 ``redact(text)`` replaces credentials with ``[REDACTED]`` and keeps the text around
 them, so ``API_KEY=sk-...`` becomes ``API_KEY=[REDACTED]``.  The rules are data, one

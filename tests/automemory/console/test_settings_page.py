@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 from playwright.sync_api import expect
 
-from automemory.console.forms import error_messages, settings_fields
+from automemory.console.settings_fields import error_messages, settings_fields
 from automemory.models import AutoMemoryLog, AutoMemorySettings, Outcome, Reason
 from automemory.services.preferences import SETTINGS_FIELDS
 

@@ -51,7 +51,7 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "AccountKey= then long run": lambda n: "AccountKey=" + "A" * n,
     "aws_secret then underscores": lambda n: "aws_secret" + "_" * n,
     "quotes mixed": lambda n: _rep("'\"`", n),
-    # issue 8 rules
+    # the XML element, short-value and newer provider rules
     "XML <password> unterminated": lambda n: "<password>" + "a" * n,
     "XML <apiToken> repeated": lambda n: _rep("<apiToken>", n),
     "XML deeply nested elements": lambda n: _rep("<a>", n // 2) + "x" + _rep("</a>", n // 2),
@@ -84,7 +84,7 @@ ADVERSARIAL: dict[str, Callable[[int], str]] = {
     "ops_eyJ then long run": lambda n: "ops_eyJ" + "A" * n,
     "Azure Q~ repeated in a run": lambda n: _rep("ab18Q~", n),
     "contribsys__com repeated": lambda n: _rep("CONTRIBSYS__COM: ", n),
-    # issue 19: the decoders (each view is built once and scanned once)
+    # the decoders (each view is built once and scanned once)
     "percent escapes, one line": lambda n: _rep("%41", n),
     "percent escapes of a key, one line": lambda n: _rep("password%3D%22", n),
     "HTML entities, one line": lambda n: _rep("&#61;", n),

@@ -477,7 +477,7 @@ def _url_samples(g: _Gen) -> list[Sample]:
     return out
 
 
-# key=value forms (the SPEC minimum); each key with several syntaxes.
+# key=value forms (the minimum every build must catch); each key with several syntaxes.
 _KV_KEYS_PASSWORD = [
     "password",
     "DB_PASSWORD",
@@ -882,8 +882,8 @@ def _negatives(g: _Gen) -> list[Sample]:
 
 
 # --------------------------------------------------------------------------------------
-# Issue 8: every SPEC form whatever the value length, every assignment syntax, the provider
-# formats added then; each with look-alike negatives in the same syntax.
+# The syntax part: every minimum form whatever the value length, every assignment syntax,
+# newer provider formats; each with look-alike negatives in the same syntax.
 # --------------------------------------------------------------------------------------
 
 
@@ -1041,7 +1041,7 @@ def _snake(key: str) -> str:
     return "".join("_" + ch.lower() if ch.isupper() else ch for ch in key).lstrip("_")
 
 
-def _issue8_positives(g: _Gen) -> list[Sample]:
+def _syntax_positives(g: _Gen) -> list[Sample]:
     out = []
     for kind, name, make in _new_provider_formats(g):
         for ctx, _ in _contexts(name, "T"):
@@ -1060,7 +1060,7 @@ def _issue8_positives(g: _Gen) -> list[Sample]:
         for j in range(2):
             value = values[(i + j) % len(values)]()
             out.append(Sample("syntax:cli", "cli", tmpl.replace("{v}", value), (value,)))
-    # SPEC minimum forms with short values
+    # minimum forms with short values
     for tmpl in [
         "token={v}",
         'api_key: "{v}"',
@@ -1161,7 +1161,7 @@ def _issue8_positives(g: _Gen) -> list[Sample]:
     return out
 
 
-def _issue8_negatives(g: _Gen) -> list[Sample]:
+def _syntax_negatives(g: _Gen) -> list[Sample]:
     c = g.chars
     refs = [
         "${SECRET}",
@@ -1289,27 +1289,34 @@ def _prose_password_samples(g: _Gen) -> list[Sample]:
 def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
     """The full labelled corpus (positives then negatives), deterministic for ``seed``.
 
-    The issue 8 part has its own generator, so the earlier samples stay byte-identical.
+    Each part has its own generator, so adding samples to one part leaves the others
+    byte-identical.
     """
-    from tests.automemory.redactor.corpus19 import build_issue19_corpus
+    from tests.automemory.redactor.corpus_disguised import build_disguised_corpus
 
     g = _Gen(seed)
-    g8 = _Gen(seed + "-issue8")
+    g_syntax = _Gen(seed + SYNTAX_SEED_SUFFIX)
     prose = _prose_password_samples(_Gen(seed + "-prose"))
-    issue19 = build_issue19_corpus(seed)
+    disguised = build_disguised_corpus(seed)
     return (
         _positives(g)
-        + _issue8_positives(g8)
+        + _syntax_positives(g_syntax)
         + [s for s in prose if s.positive]
-        + [s for s in issue19 if s.positive]
+        + [s for s in disguised if s.positive]
         + _negatives(g)
-        + _issue8_negatives(g8)
+        + _syntax_negatives(g_syntax)
         + [s for s in prose if not s.positive]
-        + [s for s in issue19 if not s.positive]
+        + [s for s in disguised if not s.positive]
     )
 
 
-def build_issue8_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
-    """Only the part added for issue 8 (short values, every syntax, new provider formats)."""
-    g8 = _Gen(seed + "-issue8")
-    return _issue8_positives(g8) + _issue8_negatives(g8)
+# The syntax part's seed suffix: its value is what the samples (and the published figures)
+# were generated from, so it stays as it is.
+SYNTAX_SEED_SUFFIX = "-issue8"
+
+
+def build_syntax_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
+    """Only the syntax part: the minimum forms with short values, every assignment syntax,
+    newer provider formats, and their look-alike negatives; deterministic for ``seed``."""
+    g_syntax = _Gen(seed + SYNTAX_SEED_SUFFIX)
+    return _syntax_positives(g_syntax) + _syntax_negatives(g_syntax)

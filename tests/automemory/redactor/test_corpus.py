@@ -61,7 +61,7 @@ def test_corpus_is_large_and_varied() -> None:
     assert build_corpus() == corpus, "corpus must be deterministic"
 
 
-# Issue 8: the corpus covers every syntax the redactor promises, with secrets and
+# The corpus covers every syntax the redactor promises, with secrets and
 # look-alike negatives in each.
 SYNTAXES = [
     *("shell", "env", "yaml", "json", "json-escaped", "toml", "ini", "xml", "hcl"),

@@ -1,4 +1,4 @@
-"""Every decoder against its own samples, as every rule is (issue 19).
+"""Every decoder against its own samples, as every rule is.
 
 A true positive marks with ``«…»`` what must be replaced in the ORIGINAL text (the
 encoded secret whole, a base64 blob whole); a false positive must come out unchanged,

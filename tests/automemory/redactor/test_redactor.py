@@ -1,4 +1,5 @@
-"""Targeted behaviour of automemory.services.redactor (SPEC section 6, issue 5).
+"""Targeted behaviour of automemory.services.redactor: the minimum forms, every value length,
+every assignment syntax, the provider formats, what must stay unchanged.
 
 All credentials below are synthetic: fixed filler built from each format's structure.
 """
@@ -22,9 +23,9 @@ def _b(n: int, seed: str = "Zq9") -> str:
     return out[:n]
 
 
-# --- the SPEC minimum -------------------------------------------------------------------
+# --- the minimum: secret-named key=value pairs, GitHub and Slack tokens ------------------
 
-SPEC_FORMS = [
+MINIMUM_FORMS = [
     ("API_KEY=" + T32, "API_KEY=" + R),
     ("api_key: " + T32, "api_key: " + R),
     ('"api_key": "' + T32 + '"', '"api_key": "' + R + '"'),
@@ -64,14 +65,14 @@ SPEC_FORMS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), SPEC_FORMS)
-def test_spec_minimum_forms(text: str, expected: str) -> None:
+@pytest.mark.parametrize(("text", "expected"), MINIMUM_FORMS)
+def test_the_minimum_forms(text: str, expected: str) -> None:
     assert redact(text) == expected
 
 
-# Issue 8: every SPEC-minimum form whatever the length of the value, each with the
+# Every minimum form whatever the length of the value, each with the
 # placeholder twin that must stay.
-SHORT_SPEC_FORMS = [
+SHORT_MINIMUM_FORMS = [
     ("token=hunter2", "token=" + R, "token=${TOKEN}"),
     ('api_key: "mykey"', 'api_key: "' + R + '"', 'api_key: "<your-key>"'),
     ("secret: 12345678", "secret: " + R, "secret: null"),
@@ -95,13 +96,13 @@ SHORT_SPEC_FORMS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected", "twin"), SHORT_SPEC_FORMS)
-def test_spec_minimum_whatever_the_value_length(text: str, expected: str, twin: str) -> None:
+@pytest.mark.parametrize(("text", "expected", "twin"), SHORT_MINIMUM_FORMS)
+def test_the_minimum_forms_whatever_the_value_length(text: str, expected: str, twin: str) -> None:
     assert redact(text) == expected
     assert redact(twin) == twin
 
 
-# Issue 8, section 3: assignment syntaxes that had no rule.
+# Assignment syntaxes of every language and format the redactor covers.
 ASSIGNMENT_SYNTAXES = [
     "<apiToken>{v}</apiToken>",
     '<add key="ClearTextPassword" value="{v}" />',
@@ -266,7 +267,7 @@ PROVIDER_TOKENS = [
 ]
 
 
-# Issue 8: formats well-known scanners cover and the redactor did not.
+# Provider formats that well-known scanners cover.
 PROVIDER_TOKENS += [
     "sgp_" + HEX40[:16] + "_" + HEX40,  # Sourcegraph
     "sgp_" + HEX40,

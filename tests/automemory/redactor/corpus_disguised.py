@@ -1,8 +1,9 @@
-"""The issue 19 part of the labelled corpus: secrets in disguise and the redaction residue.
+"""The disguised part of the labelled corpus: secrets in disguise and the redaction residue.
 
 Positives: every form the decoders see through (full-width, invisible characters inside
 a token, percent-encoding, HTML entities, base64 text), each with several secrets and
-contexts; the two SPEC-minimum forms that passed (a real-shaped key ending in EXAMPLEKEY,
+contexts; the two minimum forms (the GitHub/Slack tokens and secret-named
+key=value pairs every build must catch) that passed (a real-shaped key ending in EXAMPLEKEY,
 short ``gho_`` tokens); the scanner forms that were missed (multi-line XML elements,
 ``const``/Makefile assignments of provider-named keys, curl ``-u`` variants, Cloudflare
 origin CA keys).  Negatives: the reference forms behind the five damages (URL path
@@ -71,7 +72,7 @@ def _positives(g: _Gen) -> list[Sample]:
         out.append(Sample("disguise:base64", "env", f"DB_BOOTSTRAP={blob}", (blob,)))
         blob = _b64(f"token: {key}\n")
         out.append(Sample("disguise:base64", "yaml", f"  config.yaml: {blob}", (blob,)))
-    # the two SPEC-minimum forms and the scanner forms that were missed
+    # the two minimum forms and the scanner forms that were missed
     for i in range(4):
         aws = g.chars(B62 + "/+", 30) + "EXAMPLEKEY"
         out.append(Sample("residue:aws-example", "env", f"aws_secret_access_key={aws}", (aws,)))
@@ -138,7 +139,13 @@ _NEGATIVES = (
 )
 
 
-def build_issue19_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
-    """The part added for issue 19 (secrets in disguise, the residue), deterministic."""
-    g = _Gen(seed + "-issue19")
-    return _positives(g) + [Sample("neg:issue19", "negative", text) for text in _NEGATIVES]
+# The generator's seed suffix: its value is what the samples (and the published figures)
+# were generated from, so it stays as it is.
+SEED_SUFFIX = "-issue19"
+
+
+def build_disguised_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
+    """Secrets in disguise and the residue forms, with their reference-form and decoder
+    look-alike negatives; deterministic for ``seed``."""
+    g = _Gen(seed + SEED_SUFFIX)
+    return _positives(g) + [Sample("neg:disguise-lookalike", "negative", t) for t in _NEGATIVES]
