@@ -256,9 +256,18 @@ def _run_history(*, task: Task, worker_id: str, outcome: str, now: datetime) -> 
     )
 
 
-def _release(*, task: Task, worker_id: str, changes: dict, outcome: str, now: datetime) -> bool:
-    """Apply `changes` to `task` if `worker_id` still holds it under the same claim, and write
-    the run to the run history; False (nothing written) if it does not.
+def _release(
+    *,
+    task: Task,
+    worker_id: str,
+    changes: dict,
+    outcome: str,
+    now: datetime,
+    audit: tuple[str, dict] | None = None,
+) -> bool:
+    """Apply `changes` to `task` if `worker_id` still holds it under the same claim, write the
+    run to the run history and, given `audit` (action, data), the worker's audit event; False
+    (nothing written) if it does not hold it.
 
     Callers run it inside their transaction, with whatever else ends the turn.
     """
@@ -266,6 +275,15 @@ def _release(*, task: Task, worker_id: str, changes: dict, outcome: str, now: da
     if owned.update(**changes) != 1:
         return False
     _run_history(task=task, worker_id=worker_id, outcome=outcome, now=now).save()
+    if audit is not None:
+        action, data = audit
+        audit_record(
+            action=action,
+            actor_label=worker_actor_label(worker_id=worker_id),
+            target_type="task",
+            target_id=task.pk,
+            data=data,
+        )
     return True
 
 
@@ -441,17 +459,16 @@ def task_refuse(
         "memory_key_hash": "",
     }
     with transaction.atomic():
+        audit = ("worker_task_refused", {"reason": reason, "kind": kind})
         if not _release(
-            task=task, worker_id=worker_id, changes=changes, outcome=RunOutcome.REFUSED, now=now
+            task=task,
+            worker_id=worker_id,
+            changes=changes,
+            outcome=RunOutcome.REFUSED,
+            now=now,
+            audit=audit,
         ):
             return False
-        audit_record(
-            action="worker_task_refused",
-            actor_label=worker_actor_label(worker_id=worker_id),
-            target_type="task",
-            target_id=task.pk,
-            data={"reason": reason, "kind": kind},
-        )
     if kind == "quota":
         metrics.quota_refusals.inc()
     return True
@@ -474,17 +491,16 @@ def task_requeue(
         "memory_key_hash": "",
     }
     with transaction.atomic():
+        audit = ("worker_task_requeued", {"turn": task.turn, "reason": reason})
         if not _release(
-            task=task, worker_id=worker_id, changes=changes, outcome=RunOutcome.REQUEUED, now=now
+            task=task,
+            worker_id=worker_id,
+            changes=changes,
+            outcome=RunOutcome.REQUEUED,
+            now=now,
+            audit=audit,
         ):
             return False
-        audit_record(
-            action="worker_task_requeued",
-            actor_label=worker_actor_label(worker_id=worker_id),
-            target_type="task",
-            target_id=task.pk,
-            data={"turn": task.turn, "reason": reason},
-        )
     logger.info("task %s turn %s re-queued as a resume (%s)", task.pk, task.turn, reason)
     return True
 
