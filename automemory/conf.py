@@ -35,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     # Consolidation: how many of the project's most similar active auto memories the model
     # compares a new memory with (0: no model call, every new memory is added).
     "CONSOLIDATION_CANDIDATES": 5,
-    # --- Model-based extraction (docs/auto-memory-reference.md, "Model-based extraction") ---
+    # --- Model-based extraction (docs/reference/settings.md, "Model-based extraction") ---
     # The OpenAI-compatible endpoint. None: the SDK's own OPENAI_BASE_URL / OPENAI_API_KEY
     # environment variables (and its default, api.openai.com). A local server that needs no
     # key (Ollama, vLLM) is sent a placeholder key.
@@ -69,11 +69,11 @@ DEFAULTS: dict[str, Any] = {
     # at most the maximum.
     "MODEL_UNAVAILABLE_RETRY_SECONDS": 120,
     "MODEL_UNAVAILABLE_RETRY_MAX_SECONDS": 3600,
-    # --- Retention (docs/auto-memory-reference.md, "Retention") ---
+    # --- Retention (docs/reference/ranking-and-feedback.md, "Retention") ---
     # The most memories one retention pass archives, and how often a worker runs a pass.
     "RETENTION_BATCH_SIZE": 500,
     "RETENTION_INTERVAL_SECONDS": 3600,
-    # --- Feedback (docs/auto-memory-reference.md, "Feedback") ---
+    # --- Feedback (docs/reference/ranking-and-feedback.md, "Feedback") ---
     # The most memories one task may report (an agent told to report everything holds at
     # most this many memories for review), and cite (the rest of a long list is ignored).
     "REPORTS_PER_TASK": 3,
@@ -86,7 +86,7 @@ DEFAULTS: dict[str, Any] = {
     # `memory_search`: the most results, and the most characters its answer may take.
     "SEARCH_MAX_RESULTS": 10,
     "SEARCH_MAX_CHARS": 6000,
-    # --- One sweeper at a time (docs/auto-memory-reference.md, "The sweep lease") ---
+    # --- One sweeper at a time (docs/reference/pipeline.md, "The sweep lease") ---
     # How often a worker's sweeper thread tries the global sweep (one statement when another
     # worker holds the lease).
     "SWEEP_INTERVAL_SECONDS": 5,

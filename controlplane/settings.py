@@ -359,8 +359,8 @@ WORKER_CODEX_BINARY = env.str("WORKER_CODEX_BINARY", default="codex")
 WORKER_CODEX_SANDBOX = env.str("WORKER_CODEX_SANDBOX", default="workspace-write")
 WORKER_CODEX_MODEL = env.str("WORKER_CODEX_MODEL", default="")
 WORKER_CODEX_TIMEOUT_SECONDS = env.float("WORKER_CODEX_TIMEOUT_SECONDS", default=1800)
-# How `exec resume` usage is read when the CLI's session record is not readable:
-# cumulative (codex 0.171.0 reports the thread's total), per_turn or auto (docs/worker.md).
+# How `exec resume` usage is read when the CLI's session file is not readable:
+# cumulative (codex 0.171.0 reports the thread's total), per_turn or auto (docs/codex.md).
 WORKER_CODEX_RESUME_USAGE = env.str("WORKER_CODEX_RESUME_USAGE", default="cumulative")
 # USD per 1M tokens by model name; "default" prices a model missing from the table. Cached
 # input and cache writes are parts of input_tokens in codex's usage, billed at the
@@ -378,7 +378,7 @@ WORKER_CODEX_PRICES = env.json(
 # A round runs at most this many tasks before the end-of-round hook (the memory sweep).
 WORKER_ROUND_MAX_TASKS = env.int("WORKER_ROUND_MAX_TASKS", default=20)
 
-# Codex session records (docs/worker.md, "Threads on any worker"): after every codex run the
+# Stored codex sessions (docs/codex.md, "Threads on any worker"): after every codex run the
 # thread's rollout files are stored centrally, and restored by a worker that resumes the thread
 # without them. `database` (default) keeps them in the database; an S3 URL,
 # s3://BUCKET[/PREFIX][?endpoint_url=URL&region_name=R&addressing_style=path], keeps them in

@@ -68,8 +68,8 @@ class TaskRunAdmin(admin.ModelAdmin):
 
 @admin.register(CodexSession)
 class CodexSessionAdmin(admin.ModelAdmin):
-    """Stored codex session records: read-only; deleting one makes its thread resumable only
-    where a local copy is (docs/worker.md)."""
+    """Stored codex sessions: read-only; deleting one makes its thread resumable only
+    where a local copy is (docs/codex.md)."""
 
     list_display = [
         "thread_id",

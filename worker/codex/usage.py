@@ -2,7 +2,7 @@
 
 The CLI's session files count the thread's tokens (`session_totals_read`); read before and
 after a run, they tell exactly what the run used. Without them the `turn.completed` report is
-read as `WORKER_CODEX_RESUME_USAGE` says (see `turn_usage` and docs/worker.md).
+read as `WORKER_CODEX_RESUME_USAGE` says (see `turn_usage` and docs/codex.md).
 """
 
 from __future__ import annotations
