@@ -40,7 +40,7 @@ from automemory.services.injector import InjectionPreferences
 from controlplane import selectors
 from controlplane.logging import log_context
 from controlplane.models import Task
-from worker import faults, metrics, services
+from worker import faults, metrics, processes, services
 from worker.code_signature import CodeSignature, CodeSigner, CodeWatch
 from worker.codex.session_store import SessionKeeper
 from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
@@ -188,7 +188,7 @@ class Worker:
         report = RoundReport()
         faults.refresh_connections()
         report.recovered = self.recover_stale()
-        services.worker_seen(worker_id=self.worker_id)
+        processes.worker_seen(worker_id=self.worker_id)
         while not self.stopping and (max_tasks is None or len(report.runs) < max_tasks):
             if self.code_check():
                 break
@@ -553,7 +553,7 @@ class Worker:
         outage = faults.Outage(f"worker {self.worker_id} start-up", logger=logger)
         try:
             faults.retry_while_unreachable(
-                lambda: services.worker_register(
+                lambda: processes.worker_register(
                     worker_id=self.worker_id,
                     executor=self.executor.name,
                     code_signature=self.code_watch.started.digest,
@@ -580,7 +580,7 @@ class Worker:
             self._recovery.stop()
             self._recovery = None
         try:
-            services.worker_stopped(worker_id=self.worker_id)
+            processes.worker_stopped(worker_id=self.worker_id)
         except Exception:
             logger.warning("could not mark worker %s stopped", self.worker_id, exc_info=True)
         logger.info("worker %s stopped", self.worker_id)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from django.db import connection
 
 from controlplane.logging import context_thread
-from worker import faults, services
+from worker import faults, processes, services
 
 if TYPE_CHECKING:
     from worker.executors import ExecutionControl
@@ -146,7 +146,7 @@ class StaleTaskRecovery:
                 faults.refresh_connections()  # a broken or expired connection is replaced
                 try:
                     self.worker.recover_stale()  # logs each task it re-queues
-                    services.worker_seen(worker_id=self.worker.worker_id)
+                    processes.worker_seen(worker_id=self.worker.worker_id)
                 except Exception as exc:
                     outage.failed(exc)
                     continue

@@ -21,7 +21,7 @@ from django.utils import timezone
 from automemory.models import SweepState
 from controlplane.models import TaskStatus
 from controlplane.supervisor import EXIT_RESTART, Supervisor
-from worker import services
+from worker import processes
 from worker.code_signature import EXIT_CODE_CHANGED, CodeSigner
 from worker.models import TaskRun, WorkerProcess
 
@@ -355,11 +355,11 @@ def mixed_code(db):
         ("w-gone", c, timedelta(minutes=1)),
         ("w-unknown", "", timedelta(minutes=2)),
     ]:
-        services.worker_register(
+        processes.worker_register(
             worker_id=worker_id, executor="echo", code_signature=signature, now=now - age
         )
-        services.worker_seen(worker_id=worker_id, now=now)
-    services.worker_stopped(worker_id="w-gone", now=now)
+        processes.worker_seen(worker_id=worker_id, now=now)
+    processes.worker_stopped(worker_id="w-gone", now=now)
     return {"a": a, "b": b, "c": c}
 
 

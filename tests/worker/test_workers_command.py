@@ -14,7 +14,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.models import TaskStatus
-from worker import services
+from worker import processes
 from worker.models import WorkerProcess
 
 from .conftest import BASE_DIR, SpyExecutor, wait_for
@@ -36,12 +36,12 @@ def rows(output: str) -> dict[str, list[str]]:
 @pytest.fixture
 def three_workers(db, project, task_factory):
     now = timezone.now()
-    services.worker_register(worker_id="w-alive", executor="codex", now=now - timedelta(hours=1))
-    services.worker_seen(worker_id="w-alive", now=now - timedelta(seconds=5))
-    services.worker_register(worker_id="w-silent", executor="echo", now=now - timedelta(hours=2))
-    services.worker_seen(worker_id="w-silent", now=now - timedelta(minutes=10))
-    services.worker_register(worker_id="w-done", executor="echo", now=now - timedelta(hours=3))
-    services.worker_stopped(worker_id="w-done", now=now - timedelta(hours=2))
+    processes.worker_register(worker_id="w-alive", executor="codex", now=now - timedelta(hours=1))
+    processes.worker_seen(worker_id="w-alive", now=now - timedelta(seconds=5))
+    processes.worker_register(worker_id="w-silent", executor="echo", now=now - timedelta(hours=2))
+    processes.worker_seen(worker_id="w-silent", now=now - timedelta(minutes=10))
+    processes.worker_register(worker_id="w-done", executor="echo", now=now - timedelta(hours=3))
+    processes.worker_stopped(worker_id="w-done", now=now - timedelta(hours=2))
     held = [task_factory(project, status=TaskStatus.RUNNING, worker_id="w-alive") for _ in "ab"]
     task_factory(project, status=TaskStatus.COMPLETED, worker_id="w-alive")
     task_factory(project, status=TaskStatus.RUNNING, worker_id="w-silent")

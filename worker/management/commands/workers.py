@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from worker.code_signature import code_signature_matches, code_signature_newest
-from worker.services import workers_status_list
+from worker.processes import workers_status_list
 
 COLUMNS = (
     "WORKER",
