@@ -36,6 +36,10 @@ INSTRUCTIONS = (
 )
 URL_ENV = "CONTROLPLANE_MEMORY_URL"
 TOKEN_ENV = "CONTROLPLANE_MEMORY_TOKEN"
+# Set by the sandbox's network bridge (worker/netbridge.py): the worker's egress proxy, the
+# only way from an isolated sandbox to a control plane that is not on its loopback.
+PROXY_ENV = "CONTROLPLANE_MEMORY_PROXY"
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 # The schema's largest `limit` (AUTOMEMORY_SEARCH_MAX_RESULTS's default; the server checks
 # the setting itself and its refusal of a lower one comes back as the tool's error).
 SEARCH_MAX_RESULTS = 10
@@ -51,6 +55,14 @@ def _messages(value: Any) -> str:
     if isinstance(value, dict):
         return " ".join(f"{key}: {_messages(item)}" for key, item in value.items())
     return str(value)
+
+
+def _on_loopback(url: str) -> bool:
+    """A loopback address is the sandbox's own bridge: reached directly, never by proxy."""
+    try:
+        return httpx.URL(url).host in LOOPBACK_HOSTS
+    except Exception:
+        return True  # not a URL: `call` refuses it
 
 
 def refusal_message(response: httpx.Response) -> str:
@@ -70,10 +82,13 @@ def refusal_message(response: httpx.Response) -> str:
 class Relay:
     """Posts one call to the control plane and returns its answer as the tool's text."""
 
-    def __init__(self, *, url: str, key: str, timeout: float = TIMEOUT_SECONDS) -> None:
+    def __init__(
+        self, *, url: str, key: str, timeout: float = TIMEOUT_SECONDS, proxy: str = ""
+    ) -> None:
         self.url = url.strip()
         self.key = key
         self.timeout = timeout
+        self.proxy = "" if _on_loopback(self.url) else proxy.strip()
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         if not self.url.startswith(("http://", "https://")):
@@ -82,9 +97,10 @@ class Relay:
             raise ToolError(f"The memory tools are not configured: {TOKEN_ENV} is not set.")
         try:
             # No proxy, .netrc or certificate settings from the environment: the answer comes
-            # from the control plane itself, and the key goes nowhere else (no redirects).
+            # from the control plane itself, and the key goes nowhere else (no redirects);
+            # only the sandbox's own egress proxy, named for this relay, carries it.
             async with httpx.AsyncClient(
-                base_url=self.url, timeout=self.timeout, trust_env=False
+                base_url=self.url, timeout=self.timeout, trust_env=False, proxy=self.proxy or None
             ) as client:
                 response = await client.post(
                     f"/memory-tools/{tool}",
@@ -112,6 +128,7 @@ def memory_server(*, url: str | None = None, key: str | None = None) -> MCPServe
     relay = Relay(
         url=url if url is not None else os.environ.get(URL_ENV, ""),
         key=key if key is not None else os.environ.get(TOKEN_ENV, ""),
+        proxy=os.environ.get(PROXY_ENV, ""),
     )
     server = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version="1.0.0")
 

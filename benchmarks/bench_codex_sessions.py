@@ -89,6 +89,7 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
     from tests.worker.real_codex.responses_server import Reply, ResponsesServer, message
     from worker.codex import CodexExecutor
     from worker.codex.session_files import session_files
+    from worker.egress import url_destination
     from worker.loop import Worker
     from worker.models import CodexSession
 
@@ -106,6 +107,7 @@ def real_cli_turns(*, turns: int, label: str, work: Path) -> None:
     Membership.objects.create(project=project, user=user, role=Role.OWNER)
     timed = Timed()
     with ResponsesServer() as server:
+        settings.WORKER_AGENT_EGRESS = [str(url_destination(server.base_url))]
         homes = []
         for name in "abc":
             home = work / f"home-{label}-{name}"

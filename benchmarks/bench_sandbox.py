@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""What the agents' sandbox costs per task: starting an agent in bubblewrap against starting
-it as a plain child process, with the allow-listed environment either way.
+"""What the agents' sandbox costs per task: starting an agent in bubblewrap, on the host's
+network or on an isolated one (with the in-sandbox bridge to the egress door), against
+starting it as a plain child process, with the allow-listed environment in every case.
 
 Prints, for `true` (the bare start-up), `python -I -c pass` (an interpreter like the memory
 relay) and one whole `command` executor turn (the task's room, the environment, the agent
-reading its prompt and answering), the median and best milliseconds with WORKER_SANDBOX=none
-and =bwrap, and their difference and ratio. Run alternately, so the machine's noise falls on
-both alike.
+reading its prompt and answering), the median and best milliseconds with WORKER_SANDBOX=none,
+=bwrap with WORKER_SANDBOX_NETWORK=host and =bwrap with the default isolated network, and
+what each sandbox adds over none. Run alternately, so the machine's noise falls on all alike.
 
     .venv/bin/python benchmarks/bench_sandbox.py [--repeats 41] [--save]
 """
@@ -59,25 +60,29 @@ def main() -> None:
             "start `python -I -c pass`": start([sys.executable, "-I", "-c", "pass"]),
             "one command-executor turn": turn,
         }
-        print(f"{args.repeats} runs each, alternating; milliseconds")
-        print(f"{'':30} {'none':>16} {'bwrap':>16} {'added':>8} {'ratio':>6}")
+        modes = {
+            "none": {"WORKER_SANDBOX": "none"},
+            "bwrap, host net": {"WORKER_SANDBOX": "bwrap", "WORKER_SANDBOX_NETWORK": "host"},
+            "bwrap, isolated": {"WORKER_SANDBOX": "bwrap", "WORKER_SANDBOX_NETWORK": "isolated"},
+        }
+        print(f"{args.repeats} runs each, alternating; milliseconds, median (best)")
+        print(f"{'':28}" + "".join(f"{mode:>18}" for mode in modes) + f"{'added':>16}")
         for label, call in cases.items():
-            times: dict[str, list[float]] = {"none": [], "bwrap": []}
+            times: dict[str, list[float]] = {mode: [] for mode in modes}
             for index in range(args.repeats + 1):
-                for mode in ("none", "bwrap"):
+                for mode, overrides in modes.items():
                     with override_settings(
-                        WORKER_SANDBOX=mode, WORKER_TASK_ROOT=root, WORKER_COMMAND=agent
+                        **overrides, WORKER_TASK_ROOT=root, WORKER_COMMAND=agent
                     ):
                         started = time.perf_counter()
                         call()
                         if index:  # the first round warms up
                             times[mode].append((time.perf_counter() - started) * 1000)
-            none, bwrap = (harness.Timing(*_stats(times[m]), args.repeats) for m in times)
-            print(
-                f"{label:30} {none.median_ms:7.1f} (best {none.best_ms:5.1f})"
-                f" {bwrap.median_ms:7.1f} (best {bwrap.best_ms:5.1f})"
-                f" {bwrap.median_ms - none.median_ms:+8.1f} {bwrap.median_ms / none.median_ms:6.2f}"
-            )
+            stats = {mode: _stats(values) for mode, values in times.items()}
+            base = stats["none"][0]
+            cells = "".join(f"{median:9.1f} ({best:5.1f})" for median, best in stats.values())
+            added = " ".join(f"{median - base:+7.1f}" for median, _ in list(stats.values())[1:])
+            print(f"{label:28}{cells}  {added}")
 
 
 def _stats(values: list[float]) -> tuple[float, float]:

@@ -330,6 +330,11 @@ WORKER_SANDBOX_BINARY = env.str("WORKER_SANDBOX_BINARY", default="bwrap")
 WORKER_SANDBOX_READ_ONLY = env.list("WORKER_SANDBOX_READ_ONLY", default=[])
 WORKER_SANDBOX_WRITABLE = env.list("WORKER_SANDBOX_WRITABLE", default=[])
 WORKER_AGENT_ENV = env.list("WORKER_AGENT_ENV", default=[])
+# The agent's network (worker/egress.py): `isolated` (a network of its own that reaches only
+# the memory tools and the host:port entries of WORKER_AGENT_EGRESS, by default the OpenAI
+# API the codex CLI talks to) or `host` (the worker host's network, everything it reaches).
+WORKER_SANDBOX_NETWORK = env.str("WORKER_SANDBOX_NETWORK", default="isolated")
+WORKER_AGENT_EGRESS = env.list("WORKER_AGENT_EGRESS", default=["api.openai.com:443"])
 # The memory tools (MCP server `memory`, docs/memory-tools.md): every agent run gets the
 # server and its turn's task key; the command line that serves it over stdio (the relay,
 # a single file that needs nothing of the project: no settings, no database).

@@ -6,6 +6,7 @@ worker itself refuses to start with an unknown executor.
 
 import shlex
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import Tags, Warning, register
@@ -86,9 +87,37 @@ def _codex_settings_problems() -> list[Warning]:
 def worker_sandbox_check(app_configs=None, **kwargs) -> list[Warning]:
     """The agent's world: a known sandbox mode, no control-plane secret handed to agents, no
     control-plane folder shown to them."""
-    from worker.sandbox import CONTROL_PLANE_SECRET_NAMES, SANDBOX_MODES
+    from worker.egress import destination_parse
+    from worker.sandbox import CONTROL_PLANE_SECRET_NAMES, NETWORK_MODES, SANDBOX_MODES
 
     problems = []
+    if settings.WORKER_SANDBOX_NETWORK not in NETWORK_MODES:
+        problems.append(
+            Warning(
+                f"WORKER_SANDBOX_NETWORK {settings.WORKER_SANDBOX_NETWORK!r} is not one of "
+                f"{', '.join(NETWORK_MODES)}; agents get an isolated network.",
+                id="worker.W012",
+            )
+        )
+    services = _control_plane_services()
+    for entry in settings.WORKER_AGENT_EGRESS:
+        try:
+            destination = destination_parse(entry)
+        except ValueError as exc:
+            problems.append(
+                Warning(f"WORKER_AGENT_EGRESS: {exc}; agents cannot reach it.", id="worker.W013")
+            )
+            continue
+        if destination in services:
+            problems.append(
+                Warning(
+                    f"WORKER_AGENT_EGRESS lets agents reach {entry}, the control plane's "
+                    f"{services[destination]}.",
+                    hint="Agents reach memory through the memory tools; never list the "
+                    "database or the cache.",
+                    id="worker.W014",
+                )
+            )
     if settings.WORKER_SANDBOX not in SANDBOX_MODES:
         problems.append(
             Warning(
@@ -145,10 +174,27 @@ def worker_isolation_deploy_check(app_configs=None, **kwargs) -> list[Warning]:
                 id="worker.W010",
             )
         )
+    shared_network = mode != "bwrap" or settings.WORKER_SANDBOX_NETWORK != "isolated"
+    if mode == "bwrap" and shared_network:
+        problems.append(
+            Warning(
+                "Agents share the worker host's network (WORKER_SANDBOX_NETWORK="
+                f"{settings.WORKER_SANDBOX_NETWORK}): a hijacked agent reaches every service "
+                "the host reaches, the database and the cache included.",
+                hint="Leave WORKER_SANDBOX_NETWORK at isolated and list what agents need in "
+                "WORKER_AGENT_EGRESS.",
+                id="worker.W015",
+            )
+        )
     for alias, database in settings.DATABASES.items():
         host = database.get("HOST") or ""
         tcp = host and not host.startswith("/")
-        if database["ENGINE"].endswith("postgresql") and tcp and not database.get("PASSWORD"):
+        if (
+            shared_network
+            and database["ENGINE"].endswith("postgresql")
+            and tcp
+            and not database.get("PASSWORD")
+        ):
             problems.append(
                 Warning(
                     f"Database {alias!r} is reached at {host} without a password: agents "
@@ -161,3 +207,23 @@ def worker_isolation_deploy_check(app_configs=None, **kwargs) -> list[Warning]:
                 )
             )
     return problems
+
+
+def _control_plane_services() -> dict:
+    """The `host:port` of the control plane's database and cache servers, by what they are."""
+    from worker.egress import Destination
+
+    services = {}
+    for alias, database in settings.DATABASES.items():
+        host = database.get("HOST") or ""
+        if host and not host.startswith("/"):
+            port = int(database.get("PORT") or 5432)
+            services[Destination(host=host.lower(), port=port)] = f"database {alias!r}"
+    for alias, cache in settings.CACHES.items():
+        locations = cache.get("LOCATION") or []
+        for location in [locations] if isinstance(locations, str) else locations:
+            parts = urlsplit(str(location))
+            if parts.scheme in ("redis", "rediss") and parts.hostname:
+                port = parts.port or 6379
+                services[Destination(host=parts.hostname.lower(), port=port)] = f"cache {alias!r}"
+    return services

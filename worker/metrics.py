@@ -56,3 +56,8 @@ session_seconds = Histogram(
     ["operation"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
+agent_egress_refused = Counter(
+    "worker_agent_egress_refused",
+    "Connections a sandboxed agent asked the egress proxy for that WORKER_AGENT_EGRESS does not "
+    "allow (refused with a 403).",
+)

@@ -13,9 +13,13 @@ read-only (`/usr` and the few `/etc` files programs need), the worker's Python r
 (it runs the memory relay), the agent's own program read-only, its room read-write, and
 the folders the operator lists in `WORKER_SANDBOX_READ_ONLY` / `WORKER_SANDBOX_WRITABLE`.
 Not the control plane's files (`var/`, the SQLite database, `.env`, the settings), not other
-tasks' rooms, not the worker's processes (a private `/proc`). The network is shared: agents
-reach their model and the memory tools over it. `none` runs the agent as a plain child
-process: the environment is still allow-listed, the files are not hidden.
+tasks' rooms, not the worker's processes (a private `/proc`). With
+`WORKER_SANDBOX_NETWORK=isolated` (the default) it also has a network of its own, with only
+a loopback interface: it reaches the memory tools and the destinations of
+`WORKER_AGENT_EGRESS` through the worker's egress door (`worker/egress.py`, bridged inside by
+`worker/netbridge.py`), and nothing else (not the database, the cache or the host's other
+services); `host` shares the worker host's network. `none` runs the agent as a plain child
+process: the environment is still allow-listed, the files and the network are not hidden.
 """
 
 from __future__ import annotations
@@ -34,9 +38,15 @@ from pathlib import Path
 
 from django.conf import settings
 
+from worker.egress import egress_gateway
+
 logger = logging.getLogger(__name__)
 
 SANDBOX_MODES = ("auto", "bwrap", "none")
+NETWORK_MODES = ("isolated", "host")
+# Where the egress door's sockets appear inside a sandbox.
+EGRESS_MOUNT = "/run/controlplane-egress"
+NETBRIDGE = Path(__file__).with_name("netbridge.py")
 # What every agent gets of the worker's environment, when the worker has it.
 BASE_ENV_NAMES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 # Names the control plane's own processes hold secrets in: never handed to an agent, even
@@ -170,7 +180,8 @@ def bwrap_problem(binary: str) -> str:
     path = shutil.which(binary)
     if path is None:
         return f"{binary!r} not found (Debian: apt-get install bubblewrap)"
-    probe = [path, *_namespace_args(), "--ro-bind", "/", "/", "--proc", "/proc", "--", "true"]
+    probe = [path, *_namespace_args(), "--unshare-net"]
+    probe += ["--ro-bind", "/", "/", "--proc", "/proc", "--", "true"]
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=15, env={})
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -217,6 +228,11 @@ def sandboxed(
         command += ["--ro-bind", path, path]
     for path in [room.work, room.home, room.tmp, *_existing(settings.WORKER_SANDBOX_WRITABLE)]:
         command += ["--bind", str(path), str(path)]
+    if settings.WORKER_SANDBOX_NETWORK == "isolated":
+        gateway = egress_gateway()
+        command += ["--unshare-net", "--ro-bind", str(gateway.folder), EGRESS_MOUNT]
+        command += ["--ro-bind", str(NETBRIDGE), str(NETBRIDGE)]
+        args = [sys.executable, str(NETBRIDGE), EGRESS_MOUNT, "--", *args]
     command += ["--chdir", str(room.work), "--"]
     return command + list(args)
 

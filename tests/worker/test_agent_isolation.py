@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import shlex
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 
 from controlplane.models import TaskStatus
 from worker import sandbox
@@ -65,8 +67,39 @@ class Targets:
             "../../../var/controlplane.sqlite3",
         ]
 
+        # A service of the worker's host that trusts whoever connects (as PostgreSQL with
+        # `trust`, or a Redis without a password, would), and the real ones where they run.
+        self.host_service = socket.create_server(("127.0.0.1", 0))
+        self.services = [
+            ["127.0.0.1", self.host_service.getsockname()[1]],
+            ["127.0.0.1", 5432],
+            ["127.0.0.1", 6379],
+        ]
+        self.database_url = worker_database_url()
+
     def orders(self, approve_url: str) -> str:
-        return json.dumps({"paths": self.paths, "canary": self.canary, "approve_url": approve_url})
+        return json.dumps(
+            {
+                "paths": self.paths,
+                "canary": self.canary,
+                "approve_url": approve_url,
+                "database_url": self.database_url,
+                "services": self.services,
+            }
+        )
+
+
+def worker_database_url() -> str:
+    """The worker's own database URL, as an attacker who read the deployment's docs would
+    write it ("" on SQLite, which is a file)."""
+    database = connection.settings_dict
+    if connection.vendor != "postgresql":
+        return ""
+    user = database.get("USER") or "postgres"
+    host = database.get("HOST") or "127.0.0.1"
+    if host.startswith("/"):
+        host = "127.0.0.1"
+    return f"postgresql://{user}@{host}:{database.get('PORT') or 5432}/{database['NAME']}"
 
 
 @pytest.fixture
@@ -89,6 +122,7 @@ def hostile_setup(
     yield targets, memory, live_server
     holder.kill()
     holder.wait()
+    targets.host_service.close()
 
 
 def run_hostile_task(worker_factory, task_factory, project, alice, targets, approve_url):
@@ -122,7 +156,11 @@ def test_a_hijacked_command_agent_reaches_nothing_of_the_control_plane(
     assert report["proc_environ_hits"] == []
     assert report["readable"] == dict.fromkeys(targets.paths, False)
     assert report["sqlite_opened"] == []
+    # Its network reaches its memory tools and nothing else of the host: not the database
+    # with the worker's own URL, not a service that trusts the host, directly or by proxy.
     assert report["postgres"].startswith("refused")
+    assert all(result.startswith("refused") for result in report["services"].values())
+    assert set(report["proxied"].values()) == {"HTTP/1.1 403 Forbidden"}
     # Its own tools still work, with its key only; the key approves nothing.
     assert report["memory_search"]["status"] == 200
     assert [m["id"] for m in report["memory_search"]["body"]["memories"]] == [memory.pk]
@@ -161,7 +199,26 @@ def test_without_a_sandbox_the_environment_is_still_allow_listed_but_files_are_n
 
     assert not report["canary_in_env"]
     assert "SECRET_KEY" not in report["env_names"]
-    # What `none` leaves open: the host's files, the worker's own /proc entry.
+    # What `none` leaves open: the host's files, the worker's own /proc entry, its network.
     assert report["readable"][str(targets.database)]
     assert str(targets.database) in report["sqlite_opened"]
     assert report["proc_environ_hits"]
+    host, port = targets.services[0]
+    assert report["services"][f"{host}:{port}"] == "open"
+
+
+def test_a_sandbox_on_the_host_s_network_hides_files_but_not_the_host_s_services(
+    hostile_setup, settings, worker_factory, task_factory, project, alice
+):
+    bwrap_or_skip()
+    settings.WORKER_SANDBOX = "bwrap"
+    settings.WORKER_SANDBOX_NETWORK = "host"
+    targets, _memory, server = hostile_setup
+
+    report = run_hostile_task(
+        worker_factory, task_factory, project, alice, targets, approve_url=server.url
+    )
+
+    assert report["readable"] == dict.fromkeys(targets.paths, False)
+    host, port = targets.services[0]
+    assert report["services"][f"{host}:{port}"] == "open"

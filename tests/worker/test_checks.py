@@ -1,3 +1,5 @@
+from django.test import override_settings
+
 from worker.checks import worker_settings_check
 
 
@@ -76,6 +78,7 @@ def test_the_deploy_check_warns_when_agents_run_unsandboxed(settings):
 
 
 def test_the_deploy_check_warns_about_a_database_reached_without_a_password(settings):
+    settings.WORKER_SANDBOX_NETWORK = "host"
     database = {"ENGINE": "django.db.backends.postgresql", "NAME": "cp", "USER": "postgres"}
     settings.DATABASES = {"default": {**database, "HOST": "127.0.0.1", "PASSWORD": ""}}
     assert "worker.W011" in sandbox_ids()
@@ -93,3 +96,42 @@ def test_a_worker_asked_for_bubblewrap_that_cannot_run_it_refuses_to_start(setti
     settings.WORKER_SANDBOX_BINARY = "no-such-bwrap"
     with pytest.raises(CommandError, match="no-such-bwrap"):
         call_command("run_worker", "--once", "--executor", "command")
+
+
+def test_agents_on_the_host_s_network_are_reported_and_isolated_ones_are_not(settings):
+    from worker.sandbox import sandbox_mode
+
+    settings.WORKER_SANDBOX = "bwrap"
+    if sandbox_mode() != "bwrap":
+        return  # without bubblewrap, W010 says it all (tested above)
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": "cp", "USER": "postgres"}
+    settings.DATABASES = {"default": {**database, "HOST": "127.0.0.1", "PASSWORD": ""}}
+    settings.WORKER_SANDBOX_NETWORK = "host"
+    assert {"worker.W015", "worker.W011"} <= set(sandbox_ids())
+    settings.WORKER_SANDBOX_NETWORK = "isolated"
+    # The database is out of an isolated agent's reach, password or not.
+    assert not {"worker.W015", "worker.W011"} & set(sandbox_ids())
+
+
+def test_a_bad_network_mode_or_egress_entry_is_reported(settings):
+    settings.WORKER_SANDBOX_NETWORK = "bridge"
+    settings.WORKER_AGENT_EGRESS = ["api.openai.com:443", "no-port", "http://x:1"]
+    found = sandbox_ids()
+    assert "worker.W012" in found
+    assert found.count("worker.W013") == 2
+
+
+def test_egress_to_the_control_plane_s_own_database_or_cache_is_reported(settings):
+    database = {"ENGINE": "django.db.backends.postgresql", "NAME": "cp", "USER": "postgres"}
+    settings.DATABASES = {"default": {**database, "HOST": "db.internal", "PORT": "6432"}}
+    cache = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://:pw@cache.internal/0",
+    }
+    # (only around the check: the tests' own cache must be back before their clean-up)
+    with override_settings(CACHES={"default": cache}):
+        settings.WORKER_AGENT_EGRESS = ["api.openai.com:443"]
+        assert "worker.W014" not in sandbox_ids()
+        for entry in ("db.internal:6432", "DB.internal:6432", "cache.internal:6379"):
+            settings.WORKER_AGENT_EGRESS = ["api.openai.com:443", entry]
+            assert sandbox_ids().count("worker.W014") == 1, entry

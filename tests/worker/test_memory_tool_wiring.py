@@ -186,8 +186,12 @@ def test_codex_gets_the_memory_server_by_name_never_the_key_on_its_command_line(
     assert overrides == [
         'mcp_servers.memory.command="/opt/py/bin/python"',
         'mcp_servers.memory.args=["/srv/app/automemory/memory_relay.py"]',
-        # The relay inherits its key and the API's address, never the database's.
-        "mcp_servers.memory.env_vars=" + json.dumps(sorted(["PATH", TASK_KEY_ENV, MEMORY_URL_ENV])),
+        # The relay inherits its key and the API's address, never the database's; and the
+        # isolated sandbox's way to an address that is not on its loopback.
+        "mcp_servers.memory.env_vars="
+        + json.dumps(
+            [*sorted(["PATH", TASK_KEY_ENV, MEMORY_URL_ENV]), "CONTROLPLANE_MEMORY_PROXY"]
+        ),
         'mcp_servers.memory.default_tools_approval_mode="approve"',
         "mcp_servers.memory.startup_timeout_sec=20",
         "mcp_optional_startup_grace_ms=20000",

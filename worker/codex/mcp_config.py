@@ -14,6 +14,9 @@ from worker.executors.base import MEMORY_COMMAND_ENV, MEMORY_URL_ENV
 # What the memory relay inherits of the agent's environment: its key and address, and what
 # any program needs to start.
 MEMORY_SERVER_ENV = (TASK_KEY_ENV, MEMORY_URL_ENV, "PATH", "HOME", "TMPDIR", "LANG")
+# In an isolated sandbox, the way to a memory address that is not on the loopback: the proxy
+# the in-sandbox bridge names (worker/netbridge.py sets it in the CLI's environment).
+PROXY_ENV = "CONTROLPLANE_MEMORY_PROXY"
 
 
 def memory_server_config(env: dict[str, str]) -> list[str]:
@@ -30,6 +33,8 @@ def memory_server_config(env: dict[str, str]) -> list[str]:
         return []
     command, *arguments = shlex.split(env[MEMORY_COMMAND_ENV])
     names = sorted(name for name in MEMORY_SERVER_ENV if name in env)
+    if settings.WORKER_SANDBOX_NETWORK == "isolated":
+        names.append(PROXY_ENV)
     table = f"mcp_servers.{MEMORY_SERVER_NAME}"
     overrides = {
         "command": json.dumps(command),

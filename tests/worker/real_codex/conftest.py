@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.worker.real_codex.responses_server import ResponsesServer
+from worker.egress import url_destination
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[2]
@@ -95,8 +96,11 @@ default_tools_approval_mode = "approve"
     monkeypatch.setenv("CODEX_HOME", str(home))
     monkeypatch.setenv("FAKE_MODEL_API_KEY", "sk-test-not-a-secret")
     settings.WORKER_CODEX_BINARY = str(real_codex)
-    # What a deployment names too: the provider's key, and the agent's own MCP server's files.
+    # What a deployment names too: the provider's key, its address (the agent's only way out
+    # of its sandbox's network besides the memory tools), and the agent's own MCP server's
+    # files.
     settings.WORKER_AGENT_ENV = ["FAKE_MODEL_API_KEY"]
+    settings.WORKER_AGENT_EGRESS = [str(url_destination(model_server.base_url))]
     settings.WORKER_SANDBOX_READ_ONLY = [str(MCP_SERVER)]
     settings.WORKER_SANDBOX_WRITABLE = [str(mcp_log.parent)]
     settings.WORKER_TASK_ROOT = str(tmp_path / "tasks")

@@ -89,6 +89,8 @@ def test_a_hostile_model_s_shell_reaches_nothing_and_its_memory_tools_work(
     assert report["readable"] == dict.fromkeys(targets.paths, False)
     assert report["sqlite_opened"] == []
     assert report["postgres"].startswith("refused")
+    assert all(result.startswith("refused") for result in report["services"].values())
+    assert not any("200" in result for result in report["proxied"].values())
     assert report.get("approve_status") != 200
     found = json.loads(output_of(requests[2], "m1"))
     assert [m["id"] for m in found["memories"]] == [memory.pk]

@@ -262,3 +262,78 @@ def test_a_report_flood_from_one_run_holds_three_memories_at_most(
     assert all("the most a task may report" in a for a in answers[3:]), answers
     assert IdentityMemory.objects.filter(report_hold_at__isnull=False).count() == 3
     assert MemoryFeedback.objects.filter(task=task, kind=FeedbackKind.REPORT).count() == 3
+
+
+@pytest.fixture
+def forwarder():
+    """A port on every interface of the host passed through to another address: the memory
+    tools served at the host's name, as a control plane on another host would be."""
+    import socket
+    import threading
+
+    def forward(target: tuple[str, int]) -> int:
+        listener = socket.create_server(("0.0.0.0", 0))
+
+        def pipe(source, sink):
+            with source, sink:
+                while chunk := source.recv(65536):
+                    sink.sendall(chunk)
+
+        def serve():
+            while True:
+                try:
+                    client, _ = listener.accept()
+                except OSError:
+                    return
+                upstream = socket.create_connection(target)
+                threading.Thread(target=pipe, args=(client, upstream.dup()), daemon=True).start()
+                threading.Thread(target=pipe, args=(upstream, client.dup()), daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+        listeners.append(listener)
+        return listener.getsockname()[1]
+
+    listeners: list = []
+    yield forward
+    for listener in listeners:
+        listener.close()
+
+
+def test_memory_tools_at_another_host_s_name_are_reached_through_the_sandbox_s_proxy(
+    codex_setup,
+    memory_setup,
+    live_server,
+    forwarder,
+    settings,
+    project,
+    alice,
+    task_factory,
+    worker_factory,
+):
+    import socket
+    from urllib.parse import urlsplit
+
+    from tests.worker.test_agent_isolation import bwrap_or_skip
+
+    bwrap_or_skip()
+    settings.WORKER_SANDBOX = "bwrap"
+    right, stale = memory_setup
+    served = urlsplit(live_server.url)
+    port = forwarder((served.hostname, served.port))
+    name = socket.gethostname()
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, name]
+    # Not a loopback address: the agent's sandbox has no route and no DNS for it; only the
+    # worker's egress proxy, which resolves it, gets there.
+    settings.WORKER_MEMORY_API_URL = f"http://{name}:{port}"
+    codex_setup.server.script(
+        Reply(items=(mcp_tool_call("memory", "memory_search", {"query": "session"}, "c1"),)),
+        Reply(items=(message("Done."),)),
+    )
+    task = task_factory(project, alice, prompt="Fix the logout bug")
+
+    worker_factory(CodexExecutor()).run_once()
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED, task.failure_reason
+    found = answer_of(codex_setup.server.model_requests()[1], "c1")
+    assert {m["id"] for m in found["memories"]} == {right.pk, stale.pk}
