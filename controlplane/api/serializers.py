@@ -17,6 +17,7 @@ from controlplane.limits import (
     PROJECT_NAME_MAX_CHARS,
     PROMPT_MAX_CHARS,
 )
+from controlplane.api.repository_serializers import ChangedFileOutput
 from controlplane.models import (
     ApiToken,
     IdentityMemory,
@@ -33,6 +34,7 @@ from controlplane.models import (
     UsageRecord,
     memory_awaiting_approval,
 )
+from controlplane.repository_urls import BRANCH_MAX_CHARS
 from controlplane.selectors import memory_row
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
 from controlplane.services.tasks import task_text_for
@@ -117,6 +119,12 @@ class TaskCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     parent_task_id = IdField(
         required=False, allow_null=True, help_text="A task of the same project."
     )
+    branch = StrictTextField(
+        max_length=BRANCH_MAX_CHARS,
+        required=False,
+        help_text="The repository's branch to work on (default: its default branch); only on "
+        "a project with a repository.",
+    )
 
 
 class TaskFilterInput(serializers.Serializer):
@@ -170,6 +178,28 @@ class TaskDetailOutput(TaskSummaryOutput):
         help_text="The memories injected into the first turn (of `injected_memory_ids`, "
         "those not forgotten since), with links."
     )
+    branch = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The repository branch the task works on; null without a repository.",
+    )
+    base_commit = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The commit its first turn started from (resolved at claim); null before.",
+    )
+    head_commit = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The head of its branch `controlplane/task-<id>` after the latest turn that "
+        "changed files; null until one did.",
+    )
+    changed_files = ChangedFileOutput(
+        many=True,
+        read_only=True,
+        help_text="The paths its branch changes against `base_commit` (`GET /tasks/{id}/diff` "
+        "has the diff).",
+    )
 
     class Meta(TaskSummaryOutput.Meta):
         fields = [
@@ -186,11 +216,18 @@ class TaskDetailOutput(TaskSummaryOutput):
             "heartbeat_at",
             "injected_memory_ids",
             "injected_memories",
+            "branch",
+            "base_commit",
+            "head_commit",
+            "changed_files",
         ]
 
     def to_representation(self, task: Task) -> dict:
-        """What agents wrote, as the reader may see it (`task_text_for`)."""
+        """What agents wrote, as the reader may see it (`task_text_for`); a repository's
+        fields null where the task has none yet."""
         data = super().to_representation(task)
+        for name in ("branch", "base_commit", "head_commit"):
+            data[name] = data[name] or None
         viewer = self.context["request"].user if "request" in self.context else None
         for name in ("result_text", "failure_reason"):
             data[name] = task_text_for(task=task, viewer=viewer, text=data[name])
