@@ -56,7 +56,7 @@ class ProjectRepositoryView(APIView):
             project=project,
             url=data["url"],
             default_branch=data["default_branch"],
-            credential=data["credential"] if "credential" in data else KEEP,
+            credential=data.get("credential", KEEP),
         )
         return Response(
             RepositoryOutput(repository).data,

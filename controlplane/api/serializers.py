@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from controlplane.access import held_for_others
 from controlplane.api.common import RejectUnknownFieldsMixin
+from controlplane.api.repository_serializers import ChangedFileOutput
 from controlplane.limits import (
     GOAL_MAX_CHARS,
     MEMORY_MAX_CHARS,
@@ -17,7 +18,6 @@ from controlplane.limits import (
     PROJECT_NAME_MAX_CHARS,
     PROMPT_MAX_CHARS,
 )
-from controlplane.api.repository_serializers import ChangedFileOutput
 from controlplane.models import (
     ApiToken,
     IdentityMemory,

@@ -7,11 +7,10 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from django.conf import settings
 
 from controlplane.models import TaskDiff, TaskStatus
 from controlplane.services.repositories import repository_set
-from tests.git_remotes import bare_remote, git
+from tests.git_remotes import SmartHttpServer, bare_remote, git, self_signed_certificate
 from worker.executors.command import CommandExecutor
 from worker.models import TaskBranch
 
@@ -41,7 +40,9 @@ def test_a_turn_runs_in_a_worktree_and_its_change_is_committed_diffed_and_pushed
     repository_set(actor=alice, project=project, url=remote.url, default_branch="main")
     base = remote.head()
     task = task_factory(project, alice, branch="main")
-    script = "cat README.md; git status --short; echo 'print(42)' >> src/app.py; echo new > notes.txt"
+    script = (
+        "cat README.md; git status --short; echo 'print(42)' >> src/app.py; echo new > notes.txt"
+    )
 
     worker_factory(agent(script, settings)).run_once()
 
@@ -61,3 +62,105 @@ def test_a_turn_runs_in_a_worktree_and_its_change_is_committed_diffed_and_pushed
     assert remote.head(f"controlplane/task-{task.pk}") == task.head_commit
     assert TaskBranch.objects.get(task=task).storage == "remote"
     assert remote.show(task.head_commit, "notes.txt") == "new"
+
+
+# --- Over smart HTTP (git http-backend behind HTTPS) that asks for a credential -------------
+
+
+@pytest.fixture
+def https_remote(remote, tmp_path, monkeypatch):
+    """`remote` served at https://127.0.0.1:<port>/remote.git: `writer` may push, `reader`
+    may only fetch; git trusts the server's certificate through GIT_SSL_CAINFO."""
+    cert, key = self_signed_certificate(tmp_path)
+    monkeypatch.setenv("GIT_SSL_CAINFO", str(cert))
+    git("config", "http.receivepack", "true", cwd=remote.path)
+    users = {"writer": (WRITE_TOKEN, True), "reader": (READ_TOKEN, False)}
+    with SmartHttpServer(root=remote.path.parent, users=users, cert=cert, key=key) as server:
+        yield server
+
+
+WRITE_TOKEN = "ghp_WriteTokenForTheTests0123456789abcd"
+READ_TOKEN = "ghp_ReadTokenForTheTests0123456789abcde"
+
+
+def test_over_https_a_write_credential_pushes_the_task_branch(
+    remote, https_remote, project, alice, task_factory, worker_factory, settings
+):
+    url = https_remote.url("remote.git", user="writer")
+    repository_set(
+        actor=alice, project=project, url=url, default_branch="main", credential=WRITE_TOKEN
+    )
+    task = task_factory(project, alice, branch="main")
+
+    worker_factory(agent("echo changed >> README.md", settings)).run_once()
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED, task.failure_reason
+    assert remote.head(f"controlplane/task-{task.pk}") == task.head_commit
+    assert TaskBranch.objects.get(task=task).storage == "remote"
+    assert ("/remote.git/git-receive-pack", "writer", 200) in https_remote.requests
+    repository = project.repository
+    repository.refresh_from_db()
+    assert repository.remote_status == "reachable"
+
+
+def test_over_https_a_read_only_credential_keeps_the_branch_as_a_bundle(
+    remote, https_remote, project, alice, task_factory, worker_factory, settings
+):
+    url = https_remote.url("remote.git", user="reader")
+    repository_set(
+        actor=alice, project=project, url=url, default_branch="main", credential=READ_TOKEN
+    )
+    task = task_factory(project, alice, branch="main")
+
+    worker_factory(agent("echo changed >> README.md", settings)).run_once()
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED, task.failure_reason
+    assert f"controlplane/task-{task.pk}" not in remote.branches()
+    stored = TaskBranch.objects.get(task=task)
+    assert stored.storage == "database" and stored.size > 0
+    assert ("/remote.git/info/refs", "reader", 403) in https_remote.requests  # push refused
+
+
+def test_over_https_a_wrong_credential_fails_the_task_before_the_agent_runs(
+    remote, https_remote, project, alice, task_factory, worker_factory, settings, tmp_path
+):
+    url = https_remote.url("remote.git", user="reader")
+    repository_set(
+        actor=alice, project=project, url=url, default_branch="main", credential="wrong-token-1234"
+    )
+    task = task_factory(project, alice, branch="main")
+    ran = tmp_path / "agent-ran"
+
+    worker_factory(agent(f"touch {ran}", settings)).run_once()
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED
+    assert task.failure_reason.startswith(f"could not fetch {url}: ")
+    assert "Authentication failed" in task.failure_reason
+    assert "wrong-token-1234" not in task.failure_reason
+    assert not ran.exists()
+    assert task.cost_usd == 0 and not task.base_commit
+    repository = project.repository
+    repository.refresh_from_db()
+    assert repository.remote_status == "unreachable"
+    assert "Authentication failed" in repository.last_error
+
+
+def test_without_a_credential_the_server_s_question_is_not_answered(
+    remote, https_remote, project, alice, task_factory, worker_factory, settings
+):
+    repository_set(
+        actor=alice, project=project, url=https_remote.url("remote.git"), default_branch="main"
+    )
+    task = task_factory(project, alice, branch="main")
+
+    worker_factory(agent("true", settings)).run_once()
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED
+    assert (
+        "terminal prompts disabled" in task.failure_reason
+        or "Authentication" in task.failure_reason
+    )
