@@ -55,6 +55,8 @@ def remote_url_parse(text: str) -> RemoteUrl:
         raise RepositoryUrlError(f"At most {URL_MAX_CHARS} characters.")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in text):
         raise RepositoryUrlError("A URL holds no spaces or control characters.")
+    if re.match(r"^[A-Za-z0-9+.-]*::", text):
+        raise _unsupported()  # git's `<helper>::<address>` form runs a remote helper
     if "://" in text:
         scheme = text.split("://", 1)[0].lower()
         if scheme == "file":
