@@ -4,6 +4,7 @@ diff endpoint."""
 
 from __future__ import annotations
 
+import io
 import os
 
 import pytest
@@ -14,7 +15,10 @@ from controlplane.models import AuditEvent, Repository, TaskDiff
 from tests.controlplane.helpers import post_json
 
 TOKEN = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
-KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+KEY = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+    "-----END OPENSSH PRIVATE KEY-----\n"
+)
 
 
 @pytest.fixture
@@ -275,7 +279,9 @@ class TestCredential:
         settings.REPOSITORY_CREDENTIAL_KEYS = [old]
         put(api_client_for(alice), project, {"url": "https://h.example/a.git", "credential": TOKEN})
         settings.REPOSITORY_CREDENTIAL_KEYS = [new, old]
-        call_command("repository_credentials_rotate", stdout=open(os.devnull, "w"))
+        out = io.StringIO()
+        call_command("repository_credentials_rotate", stdout=out)
+        assert out.getvalue().startswith("1 credentials re-encrypted")
         settings.REPOSITORY_CREDENTIAL_KEYS = [new]
         stored = Repository.objects.get(project=project).credential_ciphertext
         assert credential_decrypt(stored) == TOKEN
