@@ -86,6 +86,20 @@ class BareRemote:
         git("push", "-q", "--force", "origin", f"HEAD:refs/heads/{branch}", cwd=self.work)
         return git("rev-parse", "HEAD", cwd=self.work)
 
+    def force_push_new_history(self, files: dict[str, str], branch: str = "main") -> str:
+        """Replace `branch` on the remote by one new root commit holding only `files` (the
+        old history unreachable there, and pruned); the new commit."""
+        git("checkout", "-q", "--orphan", f"rewritten-{branch}", cwd=self.work)
+        git("rm", "-rqf", "--ignore-unmatch", ".", cwd=self.work)
+        for name, content in files.items():
+            (self.work / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.work / name).write_text(content)
+        git("add", "-A", cwd=self.work)
+        git("commit", "-q", "-m", "new history", cwd=self.work)
+        git("push", "-q", "--force", "origin", f"HEAD:refs/heads/{branch}", cwd=self.work)
+        git("gc", "-q", "--prune=now", cwd=self.path)
+        return git("rev-parse", "HEAD", cwd=self.work)
+
     def head(self, branch: str = "main") -> str:
         return git("rev-parse", f"refs/heads/{branch}", cwd=self.path)
 

@@ -22,7 +22,15 @@ from pathlib import Path
 from django.conf import settings
 
 from controlplane.credentials import credential_decrypt
-from controlplane.git import GitError, GitSizeExceeded, GitTimeout, Remote, git_run, remote_env
+from controlplane.git import (
+    GitError,
+    GitSizeExceeded,
+    GitTimeout,
+    Remote,
+    folder_size,
+    git_run,
+    remote_env,
+)
 from controlplane.models import Repository
 from controlplane.repository_urls import (
     TASK_BRANCH_PREFIX,
@@ -114,6 +122,7 @@ def mirror_fetch(repository: Repository, *, remote: Remote | None = None) -> Pat
                     secrets=[remote.credential],
                 )
         except GitSizeExceeded:
+            shutil.rmtree(path, ignore_errors=True)
             raise MirrorError(
                 f"the mirror of {remote.url.url} grew past WORKER_REPO_MIRROR_MAX_BYTES "
                 f"({limit} bytes) while fetching; the fetch was stopped"
@@ -126,6 +135,13 @@ def mirror_fetch(repository: Repository, *, remote: Remote | None = None) -> Pat
             ) from None
         except GitError as exc:
             raise MirrorError(f"could not fetch {remote.url.url}: {_said(exc)}") from None
+        size = folder_size(path)
+        if size > limit:
+            shutil.rmtree(path, ignore_errors=True)
+            raise MirrorError(
+                f"the mirror of {remote.url.url} holds {size} bytes, over "
+                f"WORKER_REPO_MIRROR_MAX_BYTES ({limit} bytes); it was removed"
+            )
     return path
 
 

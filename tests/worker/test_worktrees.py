@@ -4,34 +4,20 @@ shell script that reads and changes files in its worktree)."""
 
 from __future__ import annotations
 
-import shlex
-
 import pytest
 
 from controlplane.models import TaskDiff, TaskStatus
 from controlplane.services.repositories import repository_set
-from tests.git_remotes import SmartHttpServer, bare_remote, git, self_signed_certificate
-from worker.executors.command import CommandExecutor
+from tests.git_remotes import SmartHttpServer, git, self_signed_certificate
+from tests.worker.conftest import shell_agent as agent
 from worker.models import TaskBranch
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def remote(tmp_path, settings):
-    settings.REPOSITORY_FILE_ROOTS = [str(tmp_path / "remotes")]
-    settings.WORKER_REPO_CACHE = str(tmp_path / "cache")
-    settings.WORKER_TASK_ROOT = str(tmp_path / "tasks")
-    (tmp_path / "remotes").mkdir()
-    return bare_remote(
-        tmp_path / "remotes",
-        {"README.md": "# Demo\n\nHello.\n", "src/app.py": "print('hello')\n"},
-    )
-
-
-def agent(script: str, settings) -> CommandExecutor:
-    settings.WORKER_COMMAND = f"sh -c {shlex.quote(script)}"
-    return CommandExecutor()
+def remote(git_remote):
+    return git_remote
 
 
 def test_a_turn_runs_in_a_worktree_and_its_change_is_committed_diffed_and_pushed(

@@ -190,8 +190,7 @@ def branch_restore(paths: TaskPaths, *, remote: Remote, head: str) -> str:
                 if verified.returncode != 0:
                     raise BranchError(
                         f"its stored changes need commit {stored.base_commit}, which the "
-                        f"remote no longer has (was {remote.url.url} force-pushed?): "
-                        + verified.stderr[-300:]
+                        f"remote no longer has (was {remote.url.url} force-pushed?)"
                     )
                 git_run(
                     [
