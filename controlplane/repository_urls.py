@@ -174,12 +174,12 @@ def file_path_problem(path: str) -> str:
 
 def control_plane_paths() -> list[Path]:
     """The folders and files that are the control plane's own: its code, its SQLite
-    database, the workers' task roots and repository cache, static files."""
+    database file, the workers' task roots and repository cache, static files."""
     paths = [settings.BASE_DIR, settings.WORKER_TASK_ROOT, settings.WORKER_REPO_CACHE]
     paths.append(getattr(settings, "STATIC_ROOT", None))
     for database in settings.DATABASES.values():
         if database.get("ENGINE", "").endswith("sqlite3") and database.get("NAME"):
-            paths.append(Path(str(database["NAME"])).parent)
+            paths.append(Path(str(database["NAME"])))
     return [Path(os.path.realpath(str(path))) for path in paths if path]
 
 
