@@ -4,6 +4,8 @@ shell script that reads and changes files in its worktree)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from controlplane.models import TaskDiff, TaskStatus
@@ -150,3 +152,103 @@ def test_without_a_credential_the_server_s_question_is_not_answered(
         "terminal prompts disabled" in task.failure_reason
         or "Authentication" in task.failure_reason
     )
+
+
+def test_the_credential_appears_nowhere_but_its_encrypted_row(
+    remote,
+    https_remote,
+    project,
+    alice,
+    task_factory,
+    worker_factory,
+    settings,
+    api_client_for,
+    caplog,
+    tmp_path,
+):
+    """Over smart HTTP with a write credential: every process's command line and
+    environment while the worker runs, the logs, the task's result, events and failure
+    reason, the audit log, every table but the repository's ciphertext, the API's answers,
+    and what the agent can read: none holds the token."""
+    import threading
+    from pathlib import Path
+
+    from django.db import connection
+
+    from controlplane.models import Repository
+
+    client = api_client_for(alice)
+    url = https_remote.url("remote.git", user="writer")
+    put = client.put(
+        f"/projects/{project.pk}/repository",
+        {"url": url, "default_branch": "main", "credential": WRITE_TOKEN},
+        format="json",
+    )
+    assert put.status_code == 201
+    task = task_factory(project, alice, branch="main")
+    seen, stop = [], threading.Event()
+
+    def watch_processes():
+        while not stop.is_set():
+            for path in Path("/proc").glob("[0-9]*"):
+                for name in ("cmdline", "environ"):
+                    try:
+                        data = (path / name).read_bytes()
+                    except OSError:
+                        continue
+                    if WRITE_TOKEN.encode() in data:
+                        seen.append((path.name, name, data[:200]))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch_processes, daemon=True)
+    watcher.start()
+    needle = tmp_path / "needle"
+    needle.write_text(WRITE_TOKEN + "\n")
+    settings.WORKER_SANDBOX_READ_ONLY = [str(needle)]
+    script = (
+        f"grep -rlF -f {needle} {settings.WORKER_REPO_CACHE} {settings.WORKER_TASK_ROOT} "
+        "/proc/*/environ /proc/*/cmdline 2>/dev/null; env; echo changed >> README.md"
+    )
+    try:
+        with caplog.at_level("DEBUG"):
+            worker_factory(agent(script, settings)).run_once()
+    finally:
+        stop.set()
+        watcher.join(5)
+
+    task.refresh_from_db()
+    assert task.status == TaskStatus.COMPLETED, task.failure_reason
+    assert ("/remote.git/git-receive-pack", "writer", 200) in https_remote.requests
+    assert seen == []
+    assert WRITE_TOKEN not in caplog.text
+    assert WRITE_TOKEN not in task.result_text + task.failure_reason
+    assert "GIT_ASKPASS" not in task.result_text  # the agent's environment has none of git's
+    answers = [
+        client.get(f"/projects/{project.pk}/repository").content,
+        client.get(f"/tasks/{task.pk}").content,
+        client.get(f"/tasks/{task.pk}/diff").content,
+        client.get(f"/tasks/{task.pk}/runs").content,
+        put.content,
+    ]
+    assert not [answer for answer in answers if WRITE_TOKEN.encode() in answer]
+    ciphertext = Repository.objects.get(project=project).credential_ciphertext
+    tables = connection.introspection.table_names()
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
+            for row in cursor.fetchall():
+                text = " ".join(
+                    bytes(value).decode("latin-1")
+                    if isinstance(value, bytes | memoryview)
+                    else str(value)
+                    for value in row
+                )
+                assert WRITE_TOKEN not in text, table
+                if ciphertext in text:
+                    assert table == "repositories"
+    leftovers = [
+        path
+        for path in Path(settings.WORKER_REPO_CACHE).rglob("*")
+        if path.is_file() and WRITE_TOKEN.encode() in path.read_bytes()
+    ]
+    assert leftovers == []  # the credential file went with its git command

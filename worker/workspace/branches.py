@@ -131,13 +131,19 @@ def branch_store(
         owned = held.select_for_update().exists()
         previous = ""
         if owned:
-            previous = (
-                TaskBranch.objects.filter(task_id=paths.task_id)
-                .values_list("object_name", flat=True)
-                .first()
-                or ""
+            if session_storage_kind() == SessionStorage.OBJECT:
+                previous = (
+                    TaskBranch.objects.filter(task_id=paths.task_id)
+                    .values_list("object_name", flat=True)
+                    .first()
+                    or ""
+                )
+            TaskBranch.objects.bulk_create(
+                [TaskBranch(task_id=paths.task_id, **values)],
+                update_conflicts=True,
+                unique_fields=["task"],
+                update_fields=list(values),
             )
-            TaskBranch.objects.update_or_create(task_id=paths.task_id, defaults=values)
     stale = new_object if not owned else (previous if previous != new_object else "")
     if stale:
         with contextlib.suppress(Exception):
