@@ -47,10 +47,9 @@ from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult
 from worker.executors.base import TokenUsage
 from worker.reports import RoundReport, RunReport
 from worker.threads import Heartbeat, StaleTaskRecovery, SweeperThread
-from worker.workspace import Workspace, WorkspaceError, workspace_close, workspace_open
-from worker.workspace import workspace_turn_store as workspace_store
+from worker.workspace import Workspace, workspace_close
 from worker.workspace.checkouts import TurnChanges
-from worker.workspace.cleanup import workspace_cleanup
+from worker.workspace_steps import TaskLost, WorkspaceSteps
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +61,6 @@ ONCE_SWEEP_WAIT_SECONDS = 30.0
 # the first pause, doubling (with jitter) up to the last, until it is back or a signal.
 STARTUP_RETRY_FIRST_SECONDS = 1.0
 STARTUP_RETRY_MAX_SECONDS = 30.0
-# How often a running worker removes task checkouts that outlived WORKER_WORKTREE_KEEP_HOURS
-# or that a killed worker of this host left (it also does at start-up).
-WORKSPACE_CLEANUP_SECONDS = 600.0
-
-
-class _TaskLost(Exception):
-    """The task was taken over by another worker while this one prepared or stored it."""
 
 
 class WorkerAbort(BaseException):
@@ -123,7 +115,11 @@ class Worker:
         self._sweeper_thread: SweeperThread | None = None
         self._recovery: StaleTaskRecovery | None = None
         self._log_context = contextlib.ExitStack()
-        self._next_cleanup = 0.0
+        self.workspaces = WorkspaceSteps(
+            worker_id=self.worker_id,
+            heartbeat_seconds=self.heartbeat_seconds,
+            while_unreachable=self._while_unreachable,
+        )
         self.code_watch = CodeWatch(
             interval=_setting(code_check_seconds, "WORKER_CODE_CHECK_SECONDS"),
             signer=code_signer,
@@ -267,17 +263,9 @@ class Worker:
         )
 
     def workspaces_clean(self, *, force: bool = False) -> list[int]:
-        """Remove the task checkouts of this host that a killed worker left, or that outlived
-        WORKER_WORKTREE_KEEP_HOURS (at most every WORKSPACE_CLEANUP_SECONDS unless `force`);
-        a failure is logged, never raised."""
-        if not force and time.monotonic() < self._next_cleanup:
-            return []
-        self._next_cleanup = time.monotonic() + WORKSPACE_CLEANUP_SECONDS
-        try:
-            return workspace_cleanup()
-        except Exception:
-            logger.warning("could not clean the repository cache's worktrees", exc_info=True)
-            return []
+        """Remove this host's task checkouts that a killed worker left or that outlived
+        WORKER_WORKTREE_KEEP_HOURS (`WorkspaceSteps.clean`)."""
+        return self.workspaces.clean(force=force)
 
     def code_check(self) -> bool:
         """Between tasks: has the code changed (`CodeWatch.check`)? Then the worker stops as
@@ -389,51 +377,43 @@ class Worker:
 
     def _run_claimed(self, claim: services.Claim) -> tuple[str, str]:
         task = claim.task
+        workspace = None
         try:
-            refusal = services.task_claim_refusal(claim=claim)
-            if refusal:
-                kind, reason = refusal
-                self._while_unreachable(
-                    lambda: services.task_refuse(
-                        task=task, worker_id=self.worker_id, reason=reason, kind=kind
+            try:
+                refusal = services.task_claim_refusal(claim=claim)
+                if not refusal:
+                    workspace, failure = self.workspaces.open(task)
+                    refusal = ("repository", failure) if failure else None
+                if refusal:
+                    kind, reason = refusal
+                    self._while_unreachable(
+                        lambda: services.task_refuse(
+                            task=task, worker_id=self.worker_id, reason=reason, kind=kind
+                        )
+                    )
+                    return "refused", reason
+                # Nothing has run yet: while the database is gone, the preparation waits.
+                request = self._while_unreachable(
+                    lambda: self.prepare(
+                        task, preferences=claim.preferences, memory_key=claim.memory_key
                     )
                 )
-                return "refused", reason
-            workspace, failure = self._workspace_open(task)
-            if failure:
-                self._while_unreachable(
-                    lambda: services.task_refuse(
-                        task=task, worker_id=self.worker_id, reason=failure, kind="repository"
-                    )
-                )
-                return "refused", failure
-        except faults.GaveUp:
-            reason = "database unreachable before the agent ran; recovered once stale"
-            logger.error("task %s: %s", task.pk, reason)
-            return "unrecorded", reason
-        except _TaskLost:
-            return "discarded", "the task was recovered by another worker while it was prepared"
-        try:
-            return self._run_prepared(claim, workspace)
+            except faults.GaveUp:
+                reason = "database unreachable before the agent ran; recovered once stale"
+                logger.error("task %s: %s", task.pk, reason)
+                return "unrecorded", reason
+            except TaskLost:
+                return "discarded", "the task was recovered by another worker before it ran"
+            if workspace is not None:
+                request = replace(request, checkout=workspace.checkout)
+            return self._run_prepared(task, request, workspace)
         finally:
             if workspace is not None:
                 workspace_close(workspace)
 
-    def _run_prepared(self, claim: services.Claim, workspace: Workspace | None) -> tuple[str, str]:
-        task = claim.task
-        try:
-            # Nothing has run yet: while the database is gone, the preparation waits.
-            request = self._while_unreachable(
-                lambda: self.prepare(
-                    task, preferences=claim.preferences, memory_key=claim.memory_key
-                )
-            )
-        except faults.GaveUp:
-            reason = "database unreachable before the agent ran; recovered once stale"
-            logger.error("task %s: %s", task.pk, reason)
-            return "unrecorded", reason
-        if workspace is not None:
-            request = replace(request, checkout=workspace.checkout)
+    def _run_prepared(
+        self, task: Task, request: ExecutionRequest, workspace: Workspace | None
+    ) -> tuple[str, str]:
         if self.aborting:
             self._requeue(task, reason="worker stopped at once")
             return "requeued", ""
@@ -442,81 +422,20 @@ class Worker:
         if self.aborting:
             self._requeue(task, reason="worker stopped at once")
             return "requeued", ""
+        turn_changes = None
+        if workspace is not None and not lost:
+            try:
+                result, turn_changes = self.workspaces.store(task, workspace, result)
+            except TaskLost:
+                lost = True
         if lost:
             return "discarded", "the task was recovered by another worker while it ran"
-        turn_changes = None
-        if workspace is not None:
-            try:
-                result, turn_changes = self._workspace_store(task, workspace, result)
-            except _TaskLost:
-                return "discarded", "the task was recovered by another worker while it ran"
         outcome = self._finish(task, result, turn_changes)
         if outcome != "finished":
             return outcome, self._finish_reasons[outcome]
         if result.status == "completed":
             self.record_citations(task, result)
         return result.status, result.failure_reason
-
-    def _workspace_open(self, task: Task) -> tuple[Workspace | None, str]:
-        """The task's worktree (None without a repository), or why it cannot be made: the
-        fetch and checkout run under the task's heartbeat; its first turn's base commit is
-        recorded. Raises _TaskLost when the task was taken over meanwhile."""
-        if not task.branch:
-            return None, ""
-        with self._heartbeat(task) as heartbeat:
-            try:
-                workspace = self._while_unreachable(lambda: workspace_open(task))
-            except WorkspaceError as exc:
-                return None, str(exc)
-            except faults.GaveUp:
-                raise
-            except Exception as exc:
-                logger.exception("task %s: its worktree could not be prepared", task.pk)
-                return None, f"the task's worktree could not be prepared: {type(exc).__name__}"
-        if heartbeat.lost:
-            workspace_close(workspace)
-            raise _TaskLost
-        if workspace.base_resolved:
-            recorded = self._while_unreachable(
-                lambda: services.task_base_record(
-                    task_id=task.pk,
-                    worker_id=self.worker_id,
-                    base_commit=workspace.base_commit,
-                    claimed_at=task.claimed_at,
-                )
-            )
-            if not recorded:
-                workspace_close(workspace)
-                raise _TaskLost
-            task.base_commit = workspace.base_commit
-        return workspace, ""
-
-    def _workspace_store(
-        self, task: Task, workspace: Workspace, result: ExecutionResult
-    ) -> tuple[ExecutionResult, TurnChanges | None]:
-        """Commit and keep what the turn changed (under the task's heartbeat); a turn whose
-        changes could not be kept fails, saying why (its agent's usage is billed as it ran)."""
-        with self._heartbeat(task) as heartbeat:
-            try:
-                turn_changes = workspace_store(
-                    workspace, turn=task.turn, worker_id=self.worker_id, claimed_at=task.claimed_at
-                )
-            except WorkspaceError as exc:
-                logger.warning("task %s turn %s: %s", task.pk, task.turn, exc)
-                return replace(result, status="failed", failure_reason=str(exc)), None
-        if heartbeat.lost:
-            raise _TaskLost
-        return result, turn_changes
-
-    def _heartbeat(self, task: Task) -> Heartbeat:
-        return Heartbeat(
-            task_id=task.pk,
-            worker_id=self.worker_id,
-            claimed_at=task.claimed_at,
-            interval=self.heartbeat_seconds,
-            control=ExecutionControl(),
-            turn=task.turn,
-        )
 
     _finish_reasons = {
         "discarded": "the task was no longer held by this worker",
