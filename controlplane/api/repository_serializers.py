@@ -3,28 +3,20 @@
 from rest_framework import serializers
 
 from controlplane.api.common import RejectUnknownFieldsMixin
+from controlplane.api.serializers import StrictTextField
 from controlplane.models import Repository
 from controlplane.repository_urls import BRANCH_MAX_CHARS, URL_MAX_CHARS
 from controlplane.services.repositories import CREDENTIAL_MAX_CHARS
 
 
-class _Text(serializers.CharField):
-    """A JSON string (not a number), not blank."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
 class RepositoryInput(RejectUnknownFieldsMixin, serializers.Serializer):
-    url = _Text(
+    url = StrictTextField(
         max_length=URL_MAX_CHARS,
         help_text="https://HOST/PATH, ssh://[USER@]HOST/PATH, USER@HOST:PATH, or file:///PATH "
         "inside a folder of REPOSITORY_FILE_ROOTS. No password in it: use `credential`.",
     )
-    default_branch = _Text(max_length=BRANCH_MAX_CHARS, default="main")
-    credential = _Text(
+    default_branch = StrictTextField(max_length=BRANCH_MAX_CHARS, default="main")
+    credential = StrictTextField(
         max_length=CREDENTIAL_MAX_CHARS,
         required=False,
         allow_null=True,
@@ -66,10 +58,3 @@ class RepositoryOutput(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = fields
-
-
-class ChangedFileOutput(serializers.Serializer):
-    path = serializers.CharField()
-    status = serializers.ChoiceField(
-        choices=["added", "modified", "deleted", "renamed", "copied", "type_changed", "other"]
-    )

@@ -10,7 +10,6 @@ from rest_framework import serializers
 
 from controlplane.access import held_for_others
 from controlplane.api.common import RejectUnknownFieldsMixin
-from controlplane.api.repository_serializers import ChangedFileOutput
 from controlplane.limits import (
     GOAL_MAX_CHARS,
     MEMORY_MAX_CHARS,
@@ -164,6 +163,13 @@ class TaskSummaryOutput(serializers.ModelSerializer):
     def get_title(self, task: Task) -> str:
         text = (task.goal or task.prompt or "").strip()
         return text.splitlines()[0][:200] if text else ""
+
+
+class ChangedFileOutput(serializers.Serializer):
+    path = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=["added", "modified", "deleted", "renamed", "copied", "type_changed", "other"]
+    )
 
 
 class InjectedMemoryOutput(serializers.Serializer):
