@@ -38,7 +38,7 @@ def build_repository(folder: Path, *, megabytes: int, files: int, commits: int) 
     }
     subprocess.run(["git", "init", "-q", "--bare", str(path)], check=True, env=env)
     rng = random.Random(7)
-    per_file = megabytes * 2**20 * 4 // 3 // files  # base64 text packs to about 3/4
+    per_file = megabytes * 2**20 // files  # random base64 text packs to about its own size
     stream = []
     stamp = 1_700_000_000
     for number in range(1, commits + 1):
