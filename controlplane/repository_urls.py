@@ -139,7 +139,10 @@ def _check_user(user: str) -> None:
 
 
 def _file_url(text: str) -> RemoteUrl:
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:
+        raise RepositoryUrlError(f"Not a valid URL: {exc}.") from None
     if parts.netloc not in ("", "localhost"):
         raise RepositoryUrlError("A file:// URL names a local path: file:///PATH.")
     if parts.query or parts.fragment:

@@ -111,6 +111,9 @@ class TestUrls:
             "https://github.com/org/app\n.git",
             "https://" + "a" * 2100 + ".com/x",
             "file:///etc",
+            "file://[x/a.git",
+            "https://[::1/a.git",
+            "https://host:99999/a.git",
             "",
         ],
     )

@@ -56,6 +56,31 @@ def test_an_unreachable_remote_fails_the_task_naming_it_before_the_agent_runs(
     assert task.worker_runs.get().outcome == "refused"
 
 
+def test_a_remote_that_never_answers_times_out_and_its_git_is_killed(
+    attached, project, alice, task_factory, worker_factory, settings
+):
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections wait in the backlog: no TLS handshake ever comes
+    url = f"https://127.0.0.1:{silent.getsockname()[1]}/app.git"
+    repository_set(actor=alice, project=project, url=url, default_branch="main")
+    settings.WORKER_REPO_FETCH_TIMEOUT_SECONDS = 2
+    task = task_factory(project, alice, branch="main")
+    try:
+        started = time.monotonic()
+        run(worker_factory, settings, "true")
+        seconds = time.monotonic() - started
+    finally:
+        silent.close()
+    task.refresh_from_db()
+    assert task.failure_reason == (
+        f"fetching {url} timed out after 2s (WORKER_REPO_FETCH_TIMEOUT_SECONDS)"
+    )
+    assert seconds < 15
+
+
 def test_a_remote_that_went_away_and_a_branch_that_is_gone(
     attached, project, alice, task_factory, worker_factory, settings
 ):
