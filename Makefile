@@ -17,7 +17,7 @@ CODEX_VERSION := $(shell cat tests/worker/real_codex/codex-version)
 CODEX_DIR := .cache/codex-cli/$(CODEX_VERSION)
 CODEX_BIN := $(CODEX_DIR)/bin/codex
 
-.PHONY: run test setup lint codex-cli browser sandbox
+.PHONY: run test setup lint codex-cli browser sandbox git
 
 # `make run` serves as a deployment does (DEBUG off, gunicorn, static files by whitenoise),
 # with a secret key generated once into var/ (an exported SECRET_KEY wins). ADDR=HOST:PORT.
@@ -27,7 +27,7 @@ DEV_SECRET_KEY := var/dev-secret-key
 RUN_ENV = DEBUG=False SECRET_KEY="$${SECRET_KEY:-$$(cat $(DEV_SECRET_KEY))}" \
 	CACHE_URL="$${CACHE_URL:-filecache://$(CURDIR)/var/cache}"
 
-run: setup sandbox $(DEV_SECRET_KEY)
+run: setup sandbox git $(DEV_SECRET_KEY)
 	$(RUN_ENV) $(PY) manage.py migrate --noinput
 	$(RUN_ENV) $(PY) manage.py demo_setup
 	$(RUN_ENV) $(PY) manage.py demo_auto_memory --addrport $(ADDR)
@@ -37,7 +37,7 @@ $(DEV_SECRET_KEY):
 	mkdir -p $(@D)
 	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
 
-test: setup codex-cli browser sandbox
+test: setup codex-cli browser sandbox git
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The OS's Chromium for the console's browser tests (Playwright drives it; its own browser
@@ -63,6 +63,18 @@ sandbox:
 				|| echo "could not install bubblewrap: agents would run unsandboxed"; \
 		else \
 			echo "bwrap not found: agents run unsandboxed, the sandbox tests skip (in CI they fail)"; \
+		fi; \
+	fi
+
+# git, which repositories and worktrees run (controlplane/git.py). Without it a task on a
+# project with a repository fails, saying so, and the git tests skip (in CI they fail).
+git:
+	@if ! command -v git >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			(apt-get update -qq && apt-get install -y -qq git >/dev/null) \
+				|| echo "could not install git: tasks on repositories will fail"; \
+		else \
+			echo "git not found: tasks on repositories fail, the git tests skip (in CI they fail)"; \
 		fi; \
 	fi
 

@@ -25,6 +25,7 @@ READ = "read"
 CREATE_TASK = "create_task"
 MANAGE_MEMBERS = "manage_members"
 APPROVE_MEMORY = "approve_memory"
+MANAGE_REPOSITORY = "manage_repository"
 # Continue a task: create_task on its project, and be the user who created it (its
 # conversation holds that user's private memories, and its runs are billed to them).
 CONTINUE_TASK = "continue_task"
@@ -38,7 +39,7 @@ def role_allows(role: str | None, action: str) -> bool:
         return True
     if action in (CREATE_TASK, CONTINUE_TASK):
         return role in CREATE_TASK_ROLES
-    if action in (MANAGE_MEMBERS, APPROVE_MEMORY):
+    if action in (MANAGE_MEMBERS, APPROVE_MEMORY, MANAGE_REPOSITORY):
         return role == "owner"
     raise ValueError(f"unknown action {action!r}")
 

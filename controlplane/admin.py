@@ -17,6 +17,7 @@ from controlplane.models import (
     MonthlySpend,
     Project,
     Quota,
+    Repository,
     Task,
     TaskEvent,
     TaskFollowup,
@@ -48,7 +49,7 @@ USAGE_COLUMNS = [
 
 
 class ReadOnlyAdminMixin:
-    """The usage ledger and its monthly totals are written by services only."""
+    """The usage ledger, its monthly totals and repositories are written by services only."""
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -83,6 +84,37 @@ class ProjectAdmin(admin.ModelAdmin):
     search_fields = ["name", "created_by__username"]
     autocomplete_fields = ["created_by"]
     inlines = [MembershipInline]
+
+
+@admin.register(Repository)
+class RepositoryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """A project's repository as workers last found it; its credential is never shown (set
+    and change it through the API)."""
+
+    list_display = ["project", "url", "default_branch", "credential_set", "remote_status"]
+    fields = [
+        "project",
+        "url",
+        "default_branch",
+        "credential_set",
+        "credential_set_at",
+        "remote_status",
+        "last_checked_at",
+        "last_reached_at",
+        "last_error",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
+    readonly_fields = fields
+    search_fields = ["url", "project__name"]
+
+    @admin.display(boolean=True)
+    def credential_set(self, repository: Repository) -> bool:
+        return repository.credential_set
+
+    def remote_status(self, repository: Repository) -> str:
+        return repository.remote_status
 
 
 @admin.register(Membership)

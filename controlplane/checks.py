@@ -1,7 +1,7 @@
 """System checks of the host: what `manage.py check --deploy` warns about."""
 
 from django.conf import settings
-from django.core.checks import Tags, Warning, register
+from django.core.checks import Error, Tags, Warning, register
 
 PER_PROCESS_CACHES = (
     "django.core.cache.backends.locmem.LocMemCache",
@@ -27,3 +27,14 @@ def shared_cache_check(app_configs, **kwargs) -> list[Warning]:
             id="controlplane.W001",
         )
     ]
+
+
+@register(Tags.security)
+def repository_credential_keys_check(app_configs, **kwargs) -> list[Error]:
+    """Keys that are not Fernet keys would fail every credential read: refuse to start."""
+    from controlplane.credentials import credential_keys_problem
+
+    problem = credential_keys_problem()
+    if not problem:
+        return []
+    return [Error(problem, id="controlplane.E001")]

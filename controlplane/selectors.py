@@ -13,6 +13,7 @@ from controlplane.models import (
     MemorySourceTask,
     Project,
     Task,
+    TaskDiff,
     TaskFollowup,
     UsageKind,
     UsageRecord,
@@ -179,3 +180,9 @@ def memory_list_for_project(
     newest first, as MEMORY_LIST_FIELDS rows."""
     memories = project_memories_visible_to(user, project_id=project.pk)
     return _memory_filter(memories, status=status, source=source)
+
+
+def task_diff_get(*, task: Task) -> TaskDiff | None:
+    """The stored diff of the task's branch (its latest finished turn), or None before one
+    changed anything."""
+    return TaskDiff.objects.filter(task_id=task.pk).first()

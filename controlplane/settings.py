@@ -421,6 +421,36 @@ def object_storage_settings(url: str) -> dict:
 if WORKER_CODEX_SESSION_STORAGE != "database":
     STORAGES["codex_sessions"] = object_storage_settings(WORKER_CODEX_SESSION_STORAGE)
 
+# --- Repositories (docs/repositories.md) ----------------------------------------------------
+# A project's repository may be a file:// URL only inside these folders (empty: none may).
+REPOSITORY_FILE_ROOTS = env.list("REPOSITORY_FILE_ROOTS", default=[])
+# Fernet keys (urlsafe base64 of 32 bytes) that encrypt repository credentials: the first
+# encrypts, every one decrypts, so a new key goes first and `manage.py
+# repository_credentials_rotate` re-encrypts with it. Empty: one key derived from SECRET_KEY.
+REPOSITORY_CREDENTIAL_KEYS = env.list("REPOSITORY_CREDENTIAL_KEYS", default=[])
+# Each worker host keeps one bare mirror per repository here, and each task's private git
+# folder (the objects of its turns); the worktrees are the task roots' `work` folders.
+WORKER_REPO_CACHE = env.str("WORKER_REPO_CACHE", default=str(VAR_DIR / "repo-cache"))
+WORKER_GIT_BINARY = env.str("WORKER_GIT_BINARY", default="git")
+# Names of the worker's environment git also gets (proxies, a CA bundle); git otherwise runs
+# with PATH and the locale only.
+WORKER_GIT_ENV = env.list("WORKER_GIT_ENV", default=[])
+# A fetch (or push) that takes longer fails the task, naming the remote.
+WORKER_REPO_FETCH_TIMEOUT_SECONDS = env.float("WORKER_REPO_FETCH_TIMEOUT_SECONDS", default=300)
+# Disk bounds: a mirror larger than this (checked while it is fetched) and a worktree larger
+# than this (its tree checked before checkout, the folder after each turn) fail the task.
+WORKER_REPO_MIRROR_MAX_BYTES = env.int("WORKER_REPO_MIRROR_MAX_BYTES", default=5 * 2**30)
+WORKER_WORKTREE_MAX_BYTES = env.int("WORKER_WORKTREE_MAX_BYTES", default=2 * 2**30)
+# Hours a finished task's worktree is kept on its host for debugging (0: removed at once).
+WORKER_WORKTREE_KEEP_HOURS = env.float("WORKER_WORKTREE_KEEP_HOURS", default=0)
+# After a turn that changed files the task's branch is pushed to the remote (true) when the
+# credential allows it; otherwise, or with false, it is stored as a git bundle where codex
+# sessions are stored (WORKER_CODEX_SESSION_STORAGE), up to WORKER_TASK_BUNDLE_MAX_BYTES.
+WORKER_TASK_BRANCH_PUSH = env.bool("WORKER_TASK_BRANCH_PUSH", default=True)
+WORKER_TASK_BUNDLE_MAX_BYTES = env.int("WORKER_TASK_BUNDLE_MAX_BYTES", default=256 * 2**20)
+# The diff a task shows (`GET /tasks/{id}/diff`, the console) is cut at this many bytes.
+WORKER_TASK_DIFF_MAX_BYTES = env.int("WORKER_TASK_DIFF_MAX_BYTES", default=2**20)
+
 # --- Health and metrics (docs/operations.md) ------------------------------------------------
 # /healthz and /readyz are always on. /metrics answers 404 unless METRICS_ENABLED; then only
 # clients in METRICS_ALLOWED_IPS (addresses or networks; empty: any) carrying

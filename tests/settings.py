@@ -11,6 +11,7 @@ os.environ.setdefault("SECRET_KEY", "tests-only-secret-key-" + "x" * 40)
 # Agents' task rooms (worker/sandbox.py) outside the checkout; worker processes the tests
 # start inherit the same folder.
 os.environ.setdefault("WORKER_TASK_ROOT", tempfile.mkdtemp(prefix="controlplane-tasks-"))
+os.environ.setdefault("WORKER_REPO_CACHE", tempfile.mkdtemp(prefix="controlplane-repos-"))
 
 from controlplane.settings import *  # noqa: F403
 

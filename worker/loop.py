@@ -47,6 +47,9 @@ from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult
 from worker.executors.base import TokenUsage
 from worker.reports import RoundReport, RunReport
 from worker.threads import Heartbeat, StaleTaskRecovery, SweeperThread
+from worker.workspace import Workspace, workspace_close
+from worker.workspace.checkouts import TurnChanges
+from worker.workspace_steps import TaskLost, WorkspaceSteps
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +115,11 @@ class Worker:
         self._sweeper_thread: SweeperThread | None = None
         self._recovery: StaleTaskRecovery | None = None
         self._log_context = contextlib.ExitStack()
+        self.workspaces = WorkspaceSteps(
+            worker_id=self.worker_id,
+            heartbeat_seconds=self.heartbeat_seconds,
+            while_unreachable=self._while_unreachable,
+        )
         self.code_watch = CodeWatch(
             interval=_setting(code_check_seconds, "WORKER_CODE_CHECK_SECONDS"),
             signer=code_signer,
@@ -189,6 +197,7 @@ class Worker:
         faults.refresh_connections()
         report.recovered = self.recover_stale()
         processes.worker_seen(worker_id=self.worker_id)
+        self.workspaces_clean()
         while not self.stopping and (max_tasks is None or len(report.runs) < max_tasks):
             if self.code_check():
                 break
@@ -252,6 +261,11 @@ class Worker:
         return RunReport(
             task_id=task.pk, turn=task.turn, outcome=outcome, seconds=seconds, reason=reason
         )
+
+    def workspaces_clean(self, *, force: bool = False) -> list[int]:
+        """Remove this host's task checkouts that a killed worker left or that outlived
+        WORKER_WORKTREE_KEEP_HOURS (`WorkspaceSteps.clean`)."""
+        return self.workspaces.clean(force=force)
 
     def code_check(self) -> bool:
         """Between tasks: has the code changed (`CodeWatch.check`)? Then the worker stops as
@@ -363,26 +377,43 @@ class Worker:
 
     def _run_claimed(self, claim: services.Claim) -> tuple[str, str]:
         task = claim.task
+        workspace = None
         try:
-            refusal = services.task_claim_refusal(claim=claim)
-            if refusal:
-                kind, reason = refusal
-                self._while_unreachable(
-                    lambda: services.task_refuse(
-                        task=task, worker_id=self.worker_id, reason=reason, kind=kind
+            try:
+                refusal = services.task_claim_refusal(claim=claim)
+                if not refusal:
+                    workspace, failure = self.workspaces.open(task)
+                    refusal = ("repository", failure) if failure else None
+                if refusal:
+                    kind, reason = refusal
+                    self._while_unreachable(
+                        lambda: services.task_refuse(
+                            task=task, worker_id=self.worker_id, reason=reason, kind=kind
+                        )
+                    )
+                    return "refused", reason
+                # Nothing has run yet: while the database is gone, the preparation waits.
+                request = self._while_unreachable(
+                    lambda: self.prepare(
+                        task, preferences=claim.preferences, memory_key=claim.memory_key
                     )
                 )
-                return "refused", reason
-            # Nothing has run yet: while the database is gone, the preparation waits.
-            request = self._while_unreachable(
-                lambda: self.prepare(
-                    task, preferences=claim.preferences, memory_key=claim.memory_key
-                )
-            )
-        except faults.GaveUp:
-            reason = "database unreachable before the agent ran; recovered once stale"
-            logger.error("task %s: %s", task.pk, reason)
-            return "unrecorded", reason
+            except faults.GaveUp:
+                reason = "database unreachable before the agent ran; recovered once stale"
+                logger.error("task %s: %s", task.pk, reason)
+                return "unrecorded", reason
+            except TaskLost:
+                return "discarded", "the task was recovered by another worker before it ran"
+            if workspace is not None:
+                request = replace(request, checkout=workspace.checkout)
+            return self._run_prepared(task, request, workspace)
+        finally:
+            if workspace is not None:
+                workspace_close(workspace)
+
+    def _run_prepared(
+        self, task: Task, request: ExecutionRequest, workspace: Workspace | None
+    ) -> tuple[str, str]:
         if self.aborting:
             self._requeue(task, reason="worker stopped at once")
             return "requeued", ""
@@ -391,9 +422,15 @@ class Worker:
         if self.aborting:
             self._requeue(task, reason="worker stopped at once")
             return "requeued", ""
+        turn_changes = None
+        if workspace is not None and not lost:
+            try:
+                result, turn_changes = self.workspaces.store(task, workspace, result)
+            except TaskLost:
+                lost = True
         if lost:
             return "discarded", "the task was recovered by another worker while it ran"
-        outcome = self._finish(task, result)
+        outcome = self._finish(task, result, turn_changes)
         if outcome != "finished":
             return outcome, self._finish_reasons[outcome]
         if result.status == "completed":
@@ -405,7 +442,9 @@ class Worker:
         "unrecorded": "the database stayed unreachable; the result was dropped",
     }
 
-    def _finish(self, task: Task, result: ExecutionResult) -> str:
+    def _finish(
+        self, task: Task, result: ExecutionResult, turn_changes: TurnChanges | None = None
+    ) -> str:
         """Record the turn's result: `finished`, `discarded` (the task is no longer held) or
         `unrecorded`.
 
@@ -424,7 +463,11 @@ class Worker:
             nonlocal attempts
             attempts += 1
             finished = services.task_finish(
-                task=task, worker_id=self.worker_id, result=result, now=now
+                task=task,
+                worker_id=self.worker_id,
+                result=result,
+                now=now,
+                turn_changes=turn_changes,
             )
             if not finished and attempts > 1:
                 return services.task_finish_recorded(task=task, worker_id=self.worker_id, now=now)
@@ -538,6 +581,7 @@ class Worker:
             self.executor.name,
             self.poll_interval,
         )
+        self.workspaces_clean(force=True)
         self._recovery = StaleTaskRecovery(worker=self, interval=self.heartbeat_seconds)
         self._recovery.start()
         if sweeper_thread and self.role == "all":

@@ -139,3 +139,50 @@ class CodexSession(models.Model):
 
     def __str__(self) -> str:
         return f"codex session {self.thread_id} (task {self.task_id} turn {self.turn})"
+
+
+class BranchStorage(models.TextChoices):
+    REMOTE = "remote", "Pushed to the remote"
+    DATABASE = "database", "Bundle in the database"
+    OBJECT = "object", "Bundle in object storage"
+
+
+class TaskBranch(models.Model):
+    """Where a task's own branch (`controlplane/task-<id>`) is kept between turns, so the
+    next turn starts from it on any host: pushed to the repository's remote, or a git bundle
+    of its commits since the base commit, in `data` or in object storage under
+    `object_name`. Written by the worker that holds the task after each turn that changed
+    files; the task's `head_commit` (written when the turn finishes) says which commit of it
+    the next turn starts from."""
+
+    task = models.OneToOneField(
+        Task, on_delete=models.CASCADE, primary_key=True, related_name="stored_branch"
+    )
+    turn = models.PositiveIntegerField(help_text="The turn whose end this record holds.")
+    base_commit = models.CharField(max_length=64)
+    head_commit = models.CharField(max_length=64)
+    storage = models.CharField(max_length=16, choices=BranchStorage.choices)
+    size = models.PositiveBigIntegerField(default=0, help_text="Bytes of the bundle (0: pushed).")
+    sha256 = models.CharField(max_length=64, blank=True, default="")
+    data = models.BinaryField(null=True, blank=True, editable=False)
+    object_name = models.CharField(max_length=400, blank=True, default="")
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "worker_task_branches"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(storage__in=[s.value for s in BranchStorage]),
+                name="taskbranch_storage_valid",
+            ),
+            # A bundle in the database has its bytes; in object storage, a name; pushed: neither.
+            models.CheckConstraint(
+                condition=Q(storage=BranchStorage.REMOTE, data__isnull=True, object_name="")
+                | Q(storage=BranchStorage.DATABASE, data__isnull=False, object_name="")
+                | Q(storage=BranchStorage.OBJECT, data__isnull=True) & ~Q(object_name=""),
+                name="taskbranch_payload_where_stored",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"branch of task {self.task_id} at {self.head_commit[:12]} ({self.storage})"

@@ -104,14 +104,28 @@ class TaskRoom:
     tmp: Path
 
 
+@dataclass(frozen=True)
+class TaskCheckout:
+    """A task of a project with a repository: its room's `work` folder is the task's
+    worktree, whose own `.git` borrows these object folders (the host's mirror of the
+    repository and the task's own turns), shown to the agent read-only."""
+
+    objects: tuple[Path, ...]
+
+
 def task_room(*, task_id: int) -> TaskRoom:
     """The task's room under `WORKER_TASK_ROOT`, created (owner-only) if missing. A later turn
     of the task on this host finds what the earlier ones left there."""
-    root = Path(settings.WORKER_TASK_ROOT).resolve() / f"task-{int(task_id)}"
+    root = room_root(task_id=task_id)
     room = TaskRoom(root=root, work=root / "work", home=root / "home", tmp=root / "tmp")
     for path in (room.root.parent, room.root, room.work, room.home, room.tmp):
         path.mkdir(mode=0o700, exist_ok=True)
     return room
+
+
+def room_root(*, task_id: int) -> Path:
+    """Where the task's room is (`WORKER_TASK_ROOT/task-<id>`), made or not."""
+    return Path(settings.WORKER_TASK_ROOT).resolve() / f"task-{int(task_id)}"
 
 
 def links_removed(folder: Path) -> int:
@@ -208,17 +222,22 @@ def sandboxed(
     room: TaskRoom,
     programs: Iterable[str] = (),
     read_only: Iterable[str | Path] = (),
+    checkout: TaskCheckout | None = None,
 ) -> list[str]:
     """`args` as run in the task's sandbox (unchanged with `WORKER_SANDBOX=none`).
 
     `programs`: the commands the agent is started as (their install folders are shown
-    read-only); `read_only`: further paths the executor needs shown."""
+    read-only); `read_only`: further paths the executor needs shown; `checkout`: the git
+    objects the task's worktree reads (nothing else of the repository cache: not the
+    mirror's refs or configuration, not other tasks' objects or worktrees)."""
     if sandbox_mode() == "none":
         return list(args)
     if shutil.which(args[0]) is None:
         # as plain spawning says, rather than bubblewrap's exit status 1 after the fact
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", args[0])
     shown_ro = [*_python_paths(), *read_only, *settings.WORKER_SANDBOX_READ_ONLY]
+    if checkout is not None:
+        shown_ro += checkout.objects
     for program in programs:
         shown_ro += program_paths(program)
     command = [shutil.which(settings.WORKER_SANDBOX_BINARY) or "bwrap", *_namespace_args()]

@@ -25,7 +25,7 @@ from django.utils import timezone
 from automemory.services import injector
 from automemory.services.injector import InjectionPreferences
 from controlplane.access import member_role_sql, task_user_may_read
-from controlplane.models import AuditEvent, Task, TaskEvent, TaskStatus, UsageKind
+from controlplane.models import AuditEvent, Task, TaskDiff, TaskEvent, TaskStatus, UsageKind
 from controlplane.rawsql import Scalar, column, instance_from_row, table
 from controlplane.services.audit import audit_record
 from controlplane.services.quota import (
@@ -39,6 +39,7 @@ from controlplane.services.usage import usage_cost_checked, usage_record
 from worker import metrics, statements
 from worker.executors.base import ExecutionResult
 from worker.models import RunOutcome, TaskRun, WorkerProcess
+from worker.workspace.checkouts import TurnChanges
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,15 @@ def task_thread_record(
     return owned.update(thread_id=thread_id) == 1
 
 
+def task_base_record(
+    *, task_id: int, worker_id: str, base_commit: str, claimed_at: datetime | None = None
+) -> bool:
+    """Record the commit the task's branch resolved to at its first turn (the commit every
+    later turn's diff is against); False if the task is no longer held."""
+    owned = _owned(task_id=task_id, worker_id=worker_id, claimed_at=claimed_at)
+    return owned.update(base_commit=base_commit) == 1
+
+
 def _run_history(*, task: Task, worker_id: str, outcome: str, now: datetime) -> TaskRun:
     """The run that ends now, as a row of the run history (written once, when it ends)."""
     return TaskRun(
@@ -209,7 +219,12 @@ def _release(
 
 
 def task_finish(
-    *, task: Task, worker_id: str, result: ExecutionResult, now: datetime | None = None
+    *,
+    task: Task,
+    worker_id: str,
+    result: ExecutionResult,
+    now: datetime | None = None,
+    turn_changes: TurnChanges | None = None,
 ) -> bool:
     """Record the turn's result if `worker_id` still holds `task` (as claimed); False (nothing
     written) if not.
@@ -217,8 +232,10 @@ def task_finish(
     Completed or failed, `result_text` and `failure_reason` replaced, `finished_at` set, the
     thread id kept, the executor's events stored, the run written to the run history and to
     the usage ledger (its usage, cost, model, executor, thread and turn), which adds its cost
-    to the task's cost and the user's monthly spend: all at once. On PostgreSQL that is one
-    statement (`statements.finish_sql_postgresql`); on SQLite one short transaction.
+    to the task's cost and the user's monthly spend, and, given the turn's `turn_changes` to the
+    task's repository, its branch's new head, changed files and diff: all at once. On
+    PostgreSQL that is one statement (`statements.finish_sql_postgresql`); on SQLite one
+    short transaction.
     """
     now = now or timezone.now()
     status = TaskStatus.COMPLETED if result.status == "completed" else TaskStatus.FAILED
@@ -234,6 +251,11 @@ def task_finish(
         "thread_id": result.thread_id or "",
         "memory_key_hash": "",
     }
+    diff = None
+    if turn_changes is not None:
+        changes["head_commit"] = turn_changes.head_commit
+        changes["changed_files"] = turn_changes.diff.changed_files
+        diff = _task_diff(task_id=task.pk, turn_changes=turn_changes, now=now)
     events = [(event.kind, event.data) for event in result.events]
     if connection.vendor == "postgresql":
         sql, params = statements.finish_sql_postgresql(
@@ -246,6 +268,7 @@ def task_finish(
             model=result.model,
             tokens=asdict(result.usage),
             events=events,
+            diff=diff,
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -260,6 +283,7 @@ def task_finish(
             cost_usd=cost_usd,
             result=result,
             events=events,
+            diff=diff,
         )
     if finished:
         outcomes = (
@@ -267,6 +291,20 @@ def task_finish(
         )
         outcomes.labels(task.executor).inc()
     return finished
+
+
+def _task_diff(*, task_id: int, turn_changes: TurnChanges, now: datetime) -> TaskDiff:
+    diff = turn_changes.diff
+    return TaskDiff(
+        task_id=task_id,
+        base_commit=turn_changes.base_commit,
+        head_commit=turn_changes.head_commit,
+        diff=diff.diff,
+        diff_bytes=diff.diff_bytes,
+        truncated=diff.truncated,
+        files_changed=diff.files_changed,
+        updated_at=now,
+    )
 
 
 def task_finish_recorded(*, task: Task, worker_id: str, now: datetime) -> bool:
@@ -295,9 +333,11 @@ def _finish_in_transaction(
     cost_usd: Decimal,
     result: ExecutionResult,
     events: list[tuple[str, dict]],
+    diff: TaskDiff | None = None,
 ) -> bool:
     """The finish on databases without data-modifying CTEs (SQLite): the task's update
-    returns what the ledger row needs, then the run, the ledger row and the monthly total."""
+    returns what the ledger row needs, then the run, the ledger row and the monthly total
+    (and the task's diff, when the turn changed its branch)."""
     sql, params = statements.finish_update_sql(
         task=task, worker_id=worker_id, changes=changes, cost_usd=cost_usd
     )
@@ -326,6 +366,13 @@ def _finish_in_transaction(
         if events:
             TaskEvent.objects.bulk_create(
                 [TaskEvent(task_id=task.pk, turn=row["turn"], kind=k, data=d) for k, d in events]
+            )
+        if diff is not None:
+            TaskDiff.objects.bulk_create(
+                [diff],
+                update_conflicts=True,
+                unique_fields=["task"],
+                update_fields=list(statements.TASK_DIFF_COLUMNS),
             )
     return True
 

@@ -28,7 +28,7 @@ from decimal import Decimal
 
 from django.db import connection
 
-from controlplane.models import Task, TaskEvent, TaskStatus
+from controlplane.models import Task, TaskDiff, TaskEvent, TaskStatus
 from controlplane.rawsql import Scalar, column, qn, select_list, table
 from controlplane.services.usage import usage_ctes_postgresql
 from worker.models import TaskRun
@@ -143,11 +143,13 @@ def finish_sql_postgresql(
     model: str,
     tokens: dict[str, int],
     events: list[tuple[str, dict]],
+    diff: TaskDiff | None = None,
 ) -> tuple[str, list]:
     """PostgreSQL: the whole finish of `task` (as claimed) in one statement: the task's
     update (`finish_update_sql`), its run in the run history, its ledger row and the user's
-    monthly total (`usage_ctes_postgresql`), and the executor's events. Returns one row if
-    the worker still held the task; none, and nothing written, if it did not."""
+    monthly total (`usage_ctes_postgresql`), the executor's events, and the task's `diff`
+    when the turn changed its branch. Returns one row if the worker still held the task;
+    none, and nothing written, if it did not."""
     update, params = finish_update_sql(
         task=task, worker_id=worker_id, changes=changes, cost_usd=cost_usd
     )
@@ -184,4 +186,31 @@ def finish_sql_postgresql(
             " CROSS JOIN jsonb_to_recordset(%s::jsonb) AS e(kind text, data jsonb))"
         )
         params.extend([now, json.dumps([{"kind": k, "data": d} for k, d in events])])
+    if diff is not None:
+        names = TASK_DIFF_COLUMNS
+        updates = ", ".join(
+            f"{column(TaskDiff, n)} = EXCLUDED.{column(TaskDiff, n)}" for n in names
+        )
+        ctes.append(
+            f"diff AS (INSERT INTO {table(TaskDiff)} ({column(TaskDiff, 'task')}, "
+            f"{', '.join(column(TaskDiff, n) for n in names)})"
+            f" SELECT fin.task_id, {', '.join(['%s'] * len(names))} FROM fin"
+            f" ON CONFLICT ({column(TaskDiff, 'task')}) DO UPDATE SET {updates})"
+        )
+        params.extend(
+            TaskDiff._meta.get_field(name).get_db_prep_save(getattr(diff, name), connection)
+            for name in names
+        )
     return f"WITH {', '.join(ctes)} SELECT task_id FROM fin", params
+
+
+# The columns of a task's diff a finish writes (beside the task's id).
+TASK_DIFF_COLUMNS = (
+    "base_commit",
+    "head_commit",
+    "diff",
+    "diff_bytes",
+    "truncated",
+    "files_changed",
+    "updated_at",
+)

@@ -15,7 +15,45 @@ from automemory.console.views import access_get
 from automemory.services.preferences import effective_switch, flags_get, flags_set, settings_get
 from controlplane.access import CREATE_TASK, READ, project_role, role_allows, task_get_for
 from controlplane.models import Task
+from controlplane.selectors import task_diff_get
 from controlplane.services.tasks import task_text_for
+
+# The lines of a task's diff its page shows (the API's `/tasks/{id}/diff` has all it keeps).
+DIFF_LINES_SHOWN = 3000
+
+
+def _diff_lines(text: str) -> tuple[list[tuple[str, str]], int]:
+    """The diff's first DIFF_LINES_SHOWN lines, each with its kind (file, hunk, added,
+    removed, context) for the page's colours, and how many lines were left out."""
+    lines = text.splitlines()
+    shown = []
+    for line in lines[:DIFF_LINES_SHOWN]:
+        if line.startswith("diff --git "):
+            kind = "file"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+") and not line.startswith("+++ "):
+            kind = "added"
+        elif line.startswith("-") and not line.startswith("--- "):
+            kind = "removed"
+        else:
+            kind = "context"
+        shown.append((kind, line))
+    return shown, max(0, len(lines) - DIFF_LINES_SHOWN)
+
+
+def _code_context(task: Task) -> dict:
+    """What the page shows of the task's repository work: nothing for a task without one."""
+    if not task.branch:
+        return {}
+    diff = task_diff_get(task=task)
+    lines, left_out = _diff_lines(diff.diff) if diff else ([], 0)
+    return {
+        "diff": diff,
+        "diff_lines": lines,
+        "diff_lines_left_out": left_out,
+        "task_branch": f"controlplane/task-{task.pk}",
+    }
 
 
 def _task_context(request: HttpRequest, task: Task, flags_form: TaskFlagsForm | None) -> dict:
@@ -47,6 +85,7 @@ def _task_context(request: HttpRequest, task: Task, flags_form: TaskFlagsForm | 
         # What the agent wrote, as this reader may see it (the user's private notes out).
         "result_text": task_text_for(task=task, viewer=request.user, text=task.result_text),
         "failure_reason": task_text_for(task=task, viewer=request.user, text=task.failure_reason),
+        **_code_context(task),
     }
 
 

@@ -33,6 +33,7 @@ from controlplane.models import (
     UsageRecord,
     memory_awaiting_approval,
 )
+from controlplane.repository_urls import BRANCH_MAX_CHARS
 from controlplane.selectors import memory_row
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
 from controlplane.services.tasks import task_text_for
@@ -117,6 +118,12 @@ class TaskCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     parent_task_id = IdField(
         required=False, allow_null=True, help_text="A task of the same project."
     )
+    branch = StrictTextField(
+        max_length=BRANCH_MAX_CHARS,
+        required=False,
+        help_text="The repository's branch to work on (default: its default branch); only on "
+        "a project with a repository.",
+    )
 
 
 class TaskFilterInput(serializers.Serializer):
@@ -158,6 +165,13 @@ class TaskSummaryOutput(serializers.ModelSerializer):
         return text.splitlines()[0][:200] if text else ""
 
 
+class ChangedFileOutput(serializers.Serializer):
+    path = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=["added", "modified", "deleted", "renamed", "copied", "type_changed", "other"]
+    )
+
+
 class InjectedMemoryOutput(serializers.Serializer):
     id = serializers.IntegerField()
     url = serializers.CharField(help_text="The memory's API path (`GET /memories/{id}`).")
@@ -169,6 +183,28 @@ class TaskDetailOutput(TaskSummaryOutput):
     injected_memories = serializers.SerializerMethodField(
         help_text="The memories injected into the first turn (of `injected_memory_ids`, "
         "those not forgotten since), with links."
+    )
+    branch = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The repository branch the task works on; null without a repository.",
+    )
+    base_commit = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The commit its first turn started from (resolved at claim); null before.",
+    )
+    head_commit = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="The head of its branch `controlplane/task-<id>` after the latest turn that "
+        "changed files; null until one did.",
+    )
+    changed_files = ChangedFileOutput(
+        many=True,
+        read_only=True,
+        help_text="The paths its branch changes against `base_commit` (`GET /tasks/{id}/diff` "
+        "has the diff).",
     )
 
     class Meta(TaskSummaryOutput.Meta):
@@ -186,11 +222,18 @@ class TaskDetailOutput(TaskSummaryOutput):
             "heartbeat_at",
             "injected_memory_ids",
             "injected_memories",
+            "branch",
+            "base_commit",
+            "head_commit",
+            "changed_files",
         ]
 
     def to_representation(self, task: Task) -> dict:
-        """What agents wrote, as the reader may see it (`task_text_for`)."""
+        """What agents wrote, as the reader may see it (`task_text_for`); a repository's
+        fields null where the task has none yet."""
         data = super().to_representation(task)
+        for name in ("branch", "base_commit", "head_commit"):
+            data[name] = data[name] or None
         viewer = self.context["request"].user if "request" in self.context else None
         for name in ("result_text", "failure_reason"):
             data[name] = task_text_for(task=task, viewer=viewer, text=data[name])

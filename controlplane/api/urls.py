@@ -3,7 +3,7 @@ non-numeric or out-of-range id gets the API's JSON 404 rather than falling throu
 
 from django.urls import path
 
-from controlplane.api import views
+from controlplane.api import repositories, views
 
 urlpatterns = [
     path("projects", views.ProjectListView.as_view(), name="projects"),
@@ -20,6 +20,11 @@ urlpatterns = [
     ),
     path("projects/<str:project_id>/tasks", views.ProjectTasksView.as_view(), name="project-tasks"),
     path(
+        "projects/<str:project_id>/repository",
+        repositories.ProjectRepositoryView.as_view(),
+        name="project-repository",
+    ),
+    path(
         "projects/<str:project_id>/memories",
         views.ProjectMemoriesView.as_view(),
         name="project-memories",
@@ -28,6 +33,7 @@ urlpatterns = [
     path("tasks/<str:task_id>/continue", views.TaskContinueView.as_view(), name="task-continue"),
     path("tasks/<str:task_id>/followups", views.TaskFollowupsView.as_view(), name="task-followups"),
     path("tasks/<str:task_id>/runs", views.TaskRunsView.as_view(), name="task-runs"),
+    path("tasks/<str:task_id>/diff", repositories.TaskDiffView.as_view(), name="task-diff"),
     path("users/me/memories", views.MyMemoriesView.as_view(), name="my-memories"),
     path("users/me/quota", views.MyQuotaView.as_view(), name="my-quota"),
     path("users/me/tokens", views.MyTokensView.as_view(), name="my-tokens"),

@@ -20,6 +20,10 @@ from controlplane.models.projects import (  # noqa: F401
     Project,
     Role,
 )
+from controlplane.models.repositories import (  # noqa: F401
+    Repository,
+    TaskDiff,
+)
 from controlplane.models.tasks import (  # noqa: F401
     TERMINAL_STATUSES,
     Task,

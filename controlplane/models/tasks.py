@@ -74,6 +74,14 @@ class Task(models.Model):
     # The SHA-256 of the running turn's memory tool key (controlplane.services.task_keys),
     # set by the claim, cleared when the turn ends: the key works only while it runs.
     memory_key_hash = models.CharField(max_length=64, blank=True, default="")
+    # The project's repository: the branch the task works on (set at creation; "" for a
+    # project without a repository), the commit its first turn started from (resolved by the
+    # worker at claim), and, after each turn that changed something, the head of its own
+    # branch `controlplane/task-<id>` and the paths changed against `base_commit`.
+    branch = models.CharField(max_length=255, blank=True, default="")
+    base_commit = models.CharField(max_length=64, blank=True, default="")
+    head_commit = models.CharField(max_length=64, blank=True, default="")
+    changed_files = models.JSONField(default=list, blank=True)
     # Memories whose text was prepended to the first turn's in-memory prompt.
     injected_memory_ids = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -14,7 +14,8 @@ from controlplane.limits import (
     PROMPT_MAX_CHARS,
     text_require,
 )
-from controlplane.models import Project, Task, TaskFollowup, TaskKind, TaskStatus
+from controlplane.models import Project, Repository, Task, TaskFollowup, TaskKind, TaskStatus
+from controlplane.repository_urls import branch_name_problem
 from controlplane.services.audit import audit_record
 
 
@@ -27,8 +28,13 @@ def task_create(
     goal: str | None = None,
     kind: str = TaskKind.STANDARD,
     parent_task_id: int | None = None,
+    branch: str | None = None,
 ) -> Task:
-    """Queue the first turn of a new task. A parent task must belong to the same project."""
+    """Queue the first turn of a new task. A parent task must belong to the same project.
+
+    On a project with a repository the task works on `branch` (default: the repository's
+    default branch), which the worker resolves to a commit when it claims the first turn;
+    a project without one takes no branch and runs as it always did."""
     text_require(prompt, field="prompt", max_chars=PROMPT_MAX_CHARS)
     if goal is not None:
         text_require(goal, field="goal", max_chars=GOAL_MAX_CHARS)
@@ -39,6 +45,7 @@ def task_create(
         parent = Task.objects.filter(pk=parent_task_id, project=project).first()
         if parent is None:
             raise DomainError("No task with this id in this project.", field="parent_task_id")
+    branch = _task_branch(project=project, branch=branch)
     task = Task.objects.create(
         project=project,
         user=user,
@@ -49,15 +56,37 @@ def task_create(
         status=TaskStatus.QUEUED,
         turn=1,
         queued_at=timezone.now(),
+        branch=branch,
     )
     audit_record(
         action="task_created",
         actor=user,
         target_type="task",
         target_id=task.pk,
-        data={"project_id": project.pk, "kind": kind, "parent_task_id": parent_task_id},
+        data={
+            "project_id": project.pk,
+            "kind": kind,
+            "parent_task_id": parent_task_id,
+            **({"branch": branch} if branch else {}),
+        },
     )
     return task
+
+
+def _task_branch(*, project: Project, branch: str | None) -> str:
+    """The branch a new task works on: `branch`, else the repository's default; "" for a
+    project without a repository (where a branch is a 400)."""
+    default = (
+        Repository.objects.filter(project=project).values_list("default_branch", flat=True).first()
+    )
+    if branch is None:
+        return default or ""
+    if default is None:
+        raise DomainError("This project has no repository.", field="branch")
+    problem = branch_name_problem(branch) if isinstance(branch, str) else "Not a valid string."
+    if problem:
+        raise DomainError(problem, field="branch")
+    return branch
 
 
 @transaction.atomic

@@ -203,3 +203,26 @@ def test_a_session_write_without_csrf_token_is_refused(alice, project, snapshot)
 
     assert response.status_code == 403
     assert snapshot() == before
+
+
+def test_the_repository_admin_is_read_only_and_never_shows_the_credential(
+    admin_client_logged_in, project, alice
+):
+    from controlplane.services.repositories import repository_set
+
+    token = "ghp_AdminMustNotShowThis0123456789abcdef"
+    repository, _ = repository_set(
+        actor=alice,
+        project=project,
+        url="https://h.example/a.git",
+        default_branch="main",
+        credential=token,
+    )
+    listing = admin_client_logged_in.get("/admin/controlplane/repository/")
+    detail = admin_client_logged_in.get(f"/admin/controlplane/repository/{repository.pk}/change/")
+    assert listing.status_code == detail.status_code == 200
+    for page in (listing, detail):
+        text = page.content.decode()
+        assert token not in text and repository.credential_ciphertext not in text
+    assert "https://h.example/a.git" in detail.content.decode()
+    assert admin_client_logged_in.get("/admin/controlplane/repository/add/").status_code == 403

@@ -119,8 +119,9 @@ def _api(
 
 @pytest.fixture(scope="module")
 def fuzz_server(server_env):
-    """(url, token, task key): a gunicorn server with a staff user owning a project, a task,
-    a follow-up and memories (user- and project-level), and a running task's key."""
+    """(url, token, task key): a gunicorn server with a staff user owning a project (with a
+    repository), a task on its default branch, a follow-up and memories (user- and
+    project-level), and a running task's key."""
     tmp_path, env = server_env
     _manage(env, "migrate", "--noinput", "-v0")
     token = _manage(env, "create_user", "fuzzer", "--staff").strip().splitlines()[-1]
@@ -148,7 +149,10 @@ def fuzz_server(server_env):
         project = _api(url, token, "POST", "/projects", {"name": "Fuzzed project"})
         _api(url, token, "POST", f"/projects/{project['id']}/tasks", {"prompt": "Run it."})
         task_key = _manage(env, "shell", "-c", CLAIM).strip().splitlines()[-1]
+        repository = {"url": "https://git.example.com/app.git", "credential": "fuzz-token-1"}
+        _api(url, token, "PUT", f"/projects/{project['id']}/repository", repository)
         task = _api(url, token, "POST", f"/projects/{project['id']}/tasks", {"prompt": "Fix it."})
+        assert task["branch"] == "main"
         _api(url, token, "POST", f"/tasks/{task['id']}/followups", {"message": "And test it."})
         _api(url, token, "POST", "/users/me/memories", {"content": "Prefers small commits."})
         _api(url, token, "POST", f"/projects/{project['id']}/memories", {"content": "Uses ruff."})

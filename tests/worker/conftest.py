@@ -376,3 +376,30 @@ def processes_running(needle: str) -> list[int]:
         if needle in cmdline:
             found.append(int(path.parent.name))
     return found
+
+
+# --- Repositories -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def git_remote(tmp_path, settings):
+    """A real bare repository over file:// (README.md, src/app.py on `main`), with this
+    test's own repository cache and task root."""
+    from tests.git_remotes import bare_remote
+
+    settings.REPOSITORY_FILE_ROOTS = [str(tmp_path / "remotes")]
+    settings.WORKER_REPO_CACHE = str(tmp_path / "cache")
+    settings.WORKER_TASK_ROOT = str(tmp_path / "tasks")
+    (tmp_path / "remotes").mkdir()
+    return bare_remote(
+        tmp_path / "remotes",
+        {"README.md": "# Demo\n\nHello.\n", "src/app.py": "print('hello')\n"},
+    )
+
+
+def shell_agent(script: str, settings):
+    """The `command` executor running `sh -c script` as the agent (in its sandbox)."""
+    from worker.executors.command import CommandExecutor
+
+    settings.WORKER_COMMAND = f"sh -c {shlex.quote(script)}"
+    return CommandExecutor()

@@ -60,3 +60,25 @@ def test_a_task_with_a_quota_limit_and_ten_memories_injected_costs_at_most_12(
         task.refresh_from_db()
         assert task.status == TaskStatus.COMPLETED
         assert len(task.injected_memory_ids) == 10
+
+
+def test_a_task_on_a_repository_costs_at_most_8_more_when_its_turn_changed_files(
+    project, alice, task_factory, worker_factory, git_remote, settings
+):
+    """The repository's row, its reachability, the base commit, the branch's store (a lock
+    of the task and one upsert) and the diff in the finish: a fixed number, whatever the
+    history."""
+    from controlplane.services.repositories import repository_set
+    from tests.worker.conftest import shell_agent
+
+    Quota.objects.create(user=alice, monthly_limit_usd=Decimal("100"))
+    repository_set(actor=alice, project=project, url=git_remote.url, default_branch="main")
+    for _ in range(3):
+        task_factory(project, alice, branch="main")
+    worker = worker_factory(shell_agent('echo "$CONTROLPLANE_TASK_ID" >> README.md', settings))
+
+    counts = _statements_per_task(worker, 3)
+
+    assert max(counts) <= 16, counts
+    assert set(Task.objects.values_list("status", flat=True)) == {TaskStatus.COMPLETED}
+    assert all(Task.objects.values_list("head_commit", flat=True))

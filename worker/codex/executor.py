@@ -1,8 +1,10 @@
 """The `codex` CLI as an executor: `codex exec --json`, one process per turn.
 
-A first turn runs `codex exec --json --skip-git-repo-check -C <dir> --sandbox <mode> [-m M] -`
-with the text on stdin. A later turn (or a checkpoint resume of a turn whose thread is known)
-runs `codex exec ... resume <thread_id> -`, continuing the same agent thread.
+A first turn runs `codex exec --json -C <dir> --sandbox <mode> [-m M] -` with the text on
+stdin; `<dir>` is the task's worktree on a project with a repository, else an empty folder
+(then with `--skip-git-repo-check`, since it is no git repository). A later turn (or a
+checkpoint resume of a turn whose thread is known) runs `codex exec ... resume <thread_id> -`,
+continuing the same agent thread.
 
 The CLI runs in the task's room and sandbox (worker/sandbox.py) with a `CODEX_HOME` of the
 task's own (`home/.codex`): the worker's `config.toml` and `auth.json` copied in before each
@@ -117,7 +119,7 @@ class CodexExecutor:
             "exec",
             *memory_server_config(env or {}),
             "--json",
-            "--skip-git-repo-check",
+            *([] if request.checkout is not None else ["--skip-git-repo-check"]),
             "-C",
             str(workdir),
             "--sandbox",
@@ -157,6 +159,7 @@ class CodexExecutor:
                 room=room,
                 programs=[settings.WORKER_CODEX_BINARY],
                 read_only=memory_tool_files(),
+                checkout=request.checkout,
             )
             process = spawn_agent(args, cwd=str(room.work), env=env)
         except (OSError, SandboxUnavailable) as exc:

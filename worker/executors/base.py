@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 from django.conf import settings
 
 from controlplane.services.task_keys import TASK_KEY_ENV
-from worker.sandbox import command_files
+from worker.sandbox import TaskCheckout, command_files
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,9 @@ class ExecutionRequest:
     # The memory tool key of this turn (controlplane.services.task_keys): handed to the
     # agent's memory server only, never logged (kept out of the repr).
     memory_key: str = field(default="", repr=False)
+    # A task on a project with a repository: its room's `work` folder is the task's worktree
+    # (the executor runs the agent there), reading these git objects. None without one.
+    checkout: TaskCheckout | None = None
 
     @property
     def text(self) -> str:

@@ -63,6 +63,7 @@ class CommandExecutor:
                 room=room,
                 programs=args[:1],
                 read_only=[*command_files(command_line), *memory_tool_files()],
+                checkout=request.checkout,
             )
             process = spawn_agent(args, env=env, cwd=str(room.work))
         except (OSError, SandboxUnavailable) as exc:

@@ -260,3 +260,74 @@ def test_project_page_links_its_recent_tasks(client, project, task_factory, alic
         assert f'href="{task_url(task)}"' in body
     for task in tasks[:2]:
         assert f'href="{task_url(task)}"' not in body
+
+
+def test_a_task_on_a_repository_shows_its_branch_changed_files_and_diff(
+    client, project, task_factory, alice, vera
+):
+    from controlplane.models import Repository, TaskDiff
+
+    Repository.objects.create(project=project, url="git@h.example:a.git", default_branch="main")
+    task = task_factory(
+        project,
+        alice,
+        completed=True,
+        branch="main",
+        base_commit="a" * 40,
+        head_commit="b" * 40,
+        changed_files=[
+            {"path": "src/app.py", "status": "modified"},
+            {"path": "docs/été <b>.md", "status": "added"},
+        ],
+    )
+    diff = (
+        "diff --git a/src/app.py b/src/app.py\n--- a/src/app.py\n+++ b/src/app.py\n"
+        "@@ -1 +1 @@\n-print('hello')\n+print('<script>alert(1)</script>')\n"
+    )
+    TaskDiff.objects.create(
+        task=task,
+        base_commit="a" * 40,
+        head_commit="b" * 40,
+        diff=diff,
+        diff_bytes=len(diff),
+        files_changed=2,
+        updated_at=timezone.now(),
+    )
+    client.force_login(vera)
+    page = client.get(task_url(task)).content.decode()
+    assert '<h2 id="code">Code</h2>' in page
+    assert "controlplane/task-" in page and "b" * 40 in page
+    assert "<code>docs/été &lt;b&gt;.md</code>" in page
+    assert '<span class="diff-removed">-print(&#x27;hello&#x27;)</span>' in page
+    assert (
+        '<span class="diff-added">+print(&#x27;&lt;script&gt;alert(1)&lt;/script&gt;&#x27;)' in page
+    )
+    assert "<script>alert(1)" not in page
+
+
+def test_a_task_without_a_repository_has_no_code_section(client, project, task_factory, alice):
+    task = task_factory(project, alice, completed=True)
+    client.force_login(alice)
+    assert 'id="code"' not in client.get(task_url(task)).content.decode()
+
+
+def test_a_long_diff_is_shown_in_part_with_a_link_to_the_whole(
+    client, project, task_factory, alice
+):
+    from controlplane.models import TaskDiff
+
+    task = task_factory(project, alice, completed=True, branch="main", head_commit="c" * 40)
+    text = "".join(f"+line {n}\n" for n in range(5000))
+    TaskDiff.objects.create(
+        task=task,
+        base_commit="a" * 40,
+        head_commit="c" * 40,
+        diff=text,
+        diff_bytes=len(text),
+        files_changed=1,
+        updated_at=timezone.now(),
+    )
+    client.force_login(alice)
+    page = client.get(task_url(task)).content.decode()
+    assert "+line 2999</span>" in page and "+line 3000<" not in page
+    assert "2000 more lines" in page and f'href="/tasks/{task.pk}/diff"' in page
