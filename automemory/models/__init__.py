@@ -1,6 +1,7 @@
 """Auto memory's own tables: per-user settings, per-task flags, the extraction log, the
-sweep's state and drafts, and feedback on memories."""
+sweep's state and drafts, feedback on memories and their embeddings."""
 
+from automemory.models.embeddings import MemoryEmbedding  # noqa: F401
 from automemory.models.feedback import (  # noqa: F401
     OPEN_PERSON_REPORT,
     FeedbackKind,
