@@ -174,18 +174,24 @@ def injection_plan(
     The one path of injection and of the preview: the ranked candidates of each scope
     (`ranking.memories_for_injection`), then the block that fits `injection_max_chars`.
     With `explain`, also what was left out and why: for the budget, ranked below a scope's
-    limit, reported, archived or awaiting approval (two more queries, never run by an
-    injection).
+    limit, reported, archived or awaiting approval, read by the same one ranked query.
     """
     query_text = f"{goal or ''}\n{prompt}"
     personal = personal_allowed(user_id=user_id, project_id=project_id, preferences=preferences)
-    user_candidates, project_candidates = ranking.memories_for_injection(
-        user_id=user_id,
-        project_id=project_id,
-        ranking=preferences.ranking,
-        query_text=query_text,
-        personal=personal,
-    )
+    common = {
+        "user_id": user_id,
+        "project_id": project_id,
+        "ranking": preferences.ranking,
+        "query_text": query_text,
+        "personal": personal,
+    }
+    explained = None
+    if explain:
+        explained = ranking.injection_candidates(**common, explain=PREVIEW_LEFT_OUT_PER_SCOPE)
+        user_candidates = explained.received[MemoryScope.USER]
+        project_candidates = explained.received[MemoryScope.PROJECT]
+    else:
+        user_candidates, project_candidates = ranking.memories_for_injection(**common)
     candidates = [
         PlannedMemory(memory, scope, rank, _score(memory))
         for scope, memories in (
@@ -202,8 +208,8 @@ def injection_plan(
     plan = InjectionPlan(
         preferences=preferences, fitted=fitted, candidates=candidates, personal=personal
     )
-    if explain:
-        plan.left_out = _left_out(plan, user_id=user_id, project_id=project_id, query=query_text)
+    if explained is not None:
+        plan.left_out = _left_out(plan, explained)
     return plan
 
 
@@ -228,7 +234,7 @@ def _score(memory: IdentityMemory) -> float | None:
     return None if score is None else round(-float(score), 6)
 
 
-def _left_out(plan: InjectionPlan, *, user_id: int, project_id: int, query: str) -> list[LeftOut]:
+def _left_out(plan: InjectionPlan, explained: ranking.InjectionCandidates) -> list[LeftOut]:
     """Why the memories a task would not receive are left out: the plan's candidates the
     budget had no room for, the receivable ones ranked below each scope's limit, and the
     best-ranked of those held or archived."""
@@ -238,28 +244,9 @@ def _left_out(plan: InjectionPlan, *, user_id: int, project_id: int, query: str)
         for item in plan.candidates
         if item.memory.pk not in chosen
     ]
-    limits = ranking.injection_limits()
-    if not plan.personal:
-        limits[MemoryScope.USER] = 0
-    extra = PREVIEW_LEFT_OUT_PER_SCOPE
-    common = {
-        "user_id": user_id,
-        "project_id": project_id,
-        "ranking": plan.preferences.ranking,
-        "query_text": query,
-    }
-    deeper = ranking.ranked_by_scope(
-        **common, limits={scope: limit + extra for scope, limit in limits.items() if limit}
-    )
-    for scope, memories in deeper.items():
-        below = memories[limits[scope] :] if limits[scope] else []
-        left += [LeftOut(m, scope, LeftOutReason.RANKED_BELOW) for m in below]
-    withheld = ranking.ranked_by_scope(
-        **common,
-        limits={scope: extra for scope, limit in limits.items() if limit},
-        condition=ranking.WITHHELD,
-    )
-    for scope, memories in withheld.items():
+    for scope, memories in explained.below.items():
+        left += [LeftOut(m, scope, LeftOutReason.RANKED_BELOW) for m in memories]
+    for scope, memories in explained.withheld.items():
         left += [LeftOut(m, scope, _withheld_reason(m)) for m in memories]
     return left
 

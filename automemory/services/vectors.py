@@ -147,7 +147,7 @@ def vector_store_ensure(*, using: str = "default", **_kwargs) -> None:
                 cursor.execute(statement)
             _postgresql_vector_ensure(connection)
         cursor.execute(_BACKFILL)
-    _available.pop(using, None)
+    _available[using] = (_column_problem(connection), time.monotonic() + RECHECK_SECONDS)
 
 
 def _postgresql_vector_ensure(connection: BaseDatabaseWrapper) -> None:
@@ -206,21 +206,28 @@ def store_problem(*, using: str = "default") -> str | None:
 
 
 def _column_problem(connection: BaseDatabaseWrapper) -> str | None:
+    """Whether the vector column exists (one query)."""
+    if connection.vendor == "sqlite":
+        sql = f"SELECT 1 FROM pragma_table_info('{TABLE}') WHERE name = 'embedding'"
+    else:
+        sql = (
+            f"SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{TABLE}')"
+            " AND attname = 'embedding' AND NOT attisdropped"
+        )
     try:
         with connection.cursor() as cursor:
-            columns = {
-                info.name for info in connection.introspection.get_table_description(cursor, TABLE)
-            }
+            cursor.execute(sql)
+            present = cursor.fetchone() is not None
     except DatabaseError as exc:
         return f"the embeddings table cannot be read: {exc}"
-    if "embedding" not in columns:
-        if connection.vendor == "postgresql":
-            return (
-                "the pgvector extension is not installed in this database (install the "
-                "postgresql-<major>-pgvector package, then run `manage.py migrate`)"
-            )
-        return "the embeddings table has no vector column (run `manage.py migrate`)"
-    return None
+    if present:
+        return None
+    if connection.vendor == "postgresql":
+        return (
+            "the pgvector extension is not installed in this database (install the "
+            "postgresql-<major>-pgvector package, then run `manage.py migrate`)"
+        )
+    return "the embeddings table has no vector column (run `manage.py migrate`)"
 
 
 def vector_param(vector: Sequence[float], vendor: str):
