@@ -23,6 +23,9 @@ from automemory.services import embeddings, search, vectors
 
 RRF_K = 60
 CANDIDATES = 50
+# Each list's weight in the sum: equal, as in the paper.
+KEYWORD_WEIGHT = 1.0
+VECTOR_WEIGHT = 1.0
 
 
 def task_vector(text: str) -> list[float] | None:
@@ -67,15 +70,17 @@ def fused_sql(
     params: list = []
     if keyword is not None:
         lists.append(
-            "SELECT kw.id AS id, ROW_NUMBER() OVER (ORDER BY kw.score, kw.created_at DESC,"
-            " kw.id DESC) AS rank FROM (SELECT m.id AS id, m.created_at AS created_at,"
+            f"SELECT kw.id AS id, {float(KEYWORD_WEIGHT)!r} AS weight, ROW_NUMBER() OVER"
+            " (ORDER BY kw.score, kw.created_at DESC, kw.id DESC) AS rank"
+            " FROM (SELECT m.id AS id, m.created_at AS created_at,"
             f" {keyword.score} AS score FROM {keyword.from_sql} WHERE {keyword.condition}"
             f" AND {where} ORDER BY score, {newest} LIMIT %s) AS kw"
         )
         params.extend([*keyword.params, *where_params, depth])
     nearest = vectors.nearest_sql(vector=vector, scope=scope, owner_id=owner_id, depth=depth)
     lists.append(
-        "SELECT nn.id AS id, ROW_NUMBER() OVER (ORDER BY nn.distance, nn.id) AS rank FROM"
+        f"SELECT nn.id AS id, {float(VECTOR_WEIGHT)!r} AS weight,"
+        " ROW_NUMBER() OVER (ORDER BY nn.distance, nn.id) AS rank FROM"
         " (SELECT near.id AS id, near.distance AS distance"
         f" FROM ({nearest.sql}) AS near JOIN identity_memories m ON m.id = near.id"
         f" WHERE near.distance <= %s AND {where}) AS nn"
@@ -84,7 +89,7 @@ def fused_sql(
     union = " UNION ALL ".join(f"SELECT * FROM ({part}) AS list{i}" for i, part in enumerate(lists))
     sql = (
         f"SELECT m.id AS id, CAST(-(fused.rrf * {feedback}) AS REAL) AS match_score"
-        f" FROM (SELECT ranked.id AS id, SUM(1.0 / ({RRF_K} + ranked.rank)) AS rrf"
+        f" FROM (SELECT ranked.id AS id, SUM(ranked.weight / ({RRF_K} + ranked.rank)) AS rrf"
         f" FROM ({union}) AS ranked GROUP BY ranked.id) AS fused"
         f" JOIN identity_memories m ON m.id = fused.id ORDER BY match_score, {newest} LIMIT %s"
     )

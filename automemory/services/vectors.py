@@ -237,6 +237,17 @@ def vector_param(vector: Sequence[float], vendor: str):
     return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
 
 
+def sign_bits(vector: Sequence[float]) -> bytes:
+    """One bit per dimension, set where the value is positive, least significant bit
+    first: what sqlite-vec's `vec_quantize_binary` stores, computed once per query instead
+    of once per row."""
+    packed = bytearray((len(vector) + 7) // 8)
+    for index, value in enumerate(vector):
+        if value > 0:
+            packed[index // 8] |= 1 << (index % 8)
+    return bytes(packed)
+
+
 @dataclass(frozen=True)
 class NearestSql:
     """A subquery of a scope's memories nearest a vector: columns `id` and `distance`
@@ -270,9 +281,9 @@ def nearest_sql(*, vector: Sequence[float], scope: str, owner_id: int, depth: in
         f" FROM {TABLE} e WHERE e.memory_id IN (SELECT e.memory_id FROM {TABLE} e"
         f" INDEXED BY memory_embedding_{scope}_bits"
         f" WHERE {owner} AND e.status IN ('active', 'archived') AND e.embedding_bits IS NOT NULL"
-        " ORDER BY vec_distance_hamming(vec_bit(e.embedding_bits), vec_quantize_binary(%s))"
+        " ORDER BY vec_distance_hamming(vec_bit(e.embedding_bits), vec_bit(%s))"
         " LIMIT %s) ORDER BY distance LIMIT %s",
-        (param, owner_id, model, param, depth * PRESELECT_FACTOR, depth),
+        (param, owner_id, model, sign_bits(vector), depth * PRESELECT_FACTOR, depth),
     )
 
 
