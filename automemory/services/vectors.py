@@ -187,8 +187,9 @@ def sqlite_vec_load(sender=None, connection: BaseDatabaseWrapper | None = None, 
 _available: dict[str, tuple[str | None, float]] = {}
 
 
-def store_problem(*, using: str = "default") -> str | None:
-    """Why this database cannot hold or search memory vectors, or None when it can."""
+def store_problem(*, using: str = "default", fresh: bool = False) -> str | None:
+    """Why this database cannot hold or search memory vectors, or None when it can. The
+    answer is kept per process (a problem for a minute); `fresh` looks again."""
     connection = connections[using]
     if connection.vendor == "sqlite":
         connection.ensure_connection()
@@ -197,7 +198,7 @@ def store_problem(*, using: str = "default") -> str | None:
             return problem
     elif connection.vendor != "postgresql":
         return f"no vector store for database vendor {connection.vendor!r}"
-    cached = _available.get(using)
+    cached = None if fresh else _available.get(using)
     if cached is not None and (cached[0] is None or time.monotonic() < cached[1]):
         return cached[0]
     problem = _column_problem(connection)
