@@ -117,7 +117,7 @@ def embeddings_deploy_check(app_configs=None, **kwargs) -> list:
         errors.append(
             Error(
                 f"The database cannot hold memory vectors: {store_problem}.",
-                hint="docs/deploy.md, \"Ranking by meaning\", says what to install.",
+                hint='docs/deploy.md, "Ranking by meaning", says what to install.',
                 id="automemory.E009",
             )
         )
