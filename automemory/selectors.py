@@ -5,7 +5,18 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 from django.db import connection
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Window
+from django.db.models import (
+    Count,
+    IntegerField,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Window,
+)
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Lower, TruncDate
 from django.utils import timezone
 
@@ -405,11 +416,44 @@ class MemoryHealth:
 HEALTH_STATES = ("active", "held_for_review", "superseded", "archived")
 
 
+def _injected_per_day(*, project_id: int, memories, since: datetime):
+    """Per day a task of the project started (or was created) since `since`: how many of
+    the memories it received are the project's that `memories` holds. Counted by the
+    database from each task's `injected_memory_ids` (ids only: junk in a hand-written list
+    counts nothing); a memory injected in the window was last injected in it, so only
+    those are looked up."""
+    received = memories.filter(last_injected_at__gte=since).values("pk")
+    received_sql, received_params = received.query.sql_with_params()
+    ids = f"{table(Task)}.{column(Task, 'injected_memory_ids')}"
+    if connection.vendor == "postgresql":
+        count = (
+            "(SELECT COUNT(*) FROM jsonb_array_elements(CASE WHEN jsonb_typeof({col}) = 'array'"
+            " THEN {col} ELSE '[]'::jsonb END) AS e(value) WHERE jsonb_typeof(e.value) ="
+            " 'number' AND (e.value #>> '{{}}') ~ '^[0-9]{{1,18}}$'"
+            " AND (e.value #>> '{{}}')::bigint IN ({received}))"
+        )
+    else:
+        count = (
+            "(SELECT COUNT(*) FROM json_each(CASE WHEN json_type({col}) = 'array' THEN {col}"
+            " ELSE '[]' END) AS e WHERE e.type = 'integer' AND e.value IN ({received}))"
+        )
+    per_task = RawSQL(count.format(col=ids, received=received_sql), received_params)
+    return (
+        Task.objects.filter(project_id=project_id)
+        .filter(Q(started_at__gte=since) | Q(started_at__isnull=True, created_at__gte=since))
+        .exclude(injected_memory_ids=[])
+        .annotate(day=TruncDate(Coalesce("started_at", "created_at")))
+        .values_list("day")
+        .annotate(total=Sum(per_task, output_field=IntegerField()))
+        .order_by()
+    )
+
+
 def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHealth:
     """`project`'s memory health over the last `HEALTH_WEEKS` weeks (the last week ends
-    today), as `user`, a member, sees it. Eight queries whatever the project's size: the
-    states, the memories created per day, the feedback per day and kind, the tasks that
-    received memories, which of their memories are the project's, the never-cited, the top
+    today), as `user`, a member, sees it. Seven queries whatever the project's size, each an
+    aggregate in the database: the states, the memories created per day, the feedback per
+    day and kind, the project memories tasks received per day, the never-cited, the top
     cited and the top reported.
 
     Injected counts a memory once per task whose first turn received it; cited and reported
@@ -459,28 +503,11 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
         if index is not None:
             (cited if kind == FeedbackKind.CITE else reported)[index] += total
 
-    receivers = (
-        Task.objects.filter(project_id=project.pk)
-        .filter(Q(started_at__gte=since) | Q(started_at__isnull=True, created_at__gte=since))
-        .exclude(injected_memory_ids=[])
-        .values_list("started_at", "created_at", "injected_memory_ids")
-    )
-    receivers = [
-        (started or created, ids) for started, created, ids in receivers if isinstance(ids, list)
-    ]
-    # Of the ids the tasks received, the project's memories this user may see (not the
-    # users' own memories, nor those held for another author): a memory injected in the
-    # window was last injected in it, so no list of ids goes into the query.
-    projects = (
-        set(memories.filter(last_injected_at__gte=since).values_list("pk", flat=True))
-        if receivers
-        else set()
-    )
     injected = [0] * HEALTH_WEEKS
-    for at, ids in receivers:
-        index = week_of(timezone.localdate(at))
+    for day, total in _injected_per_day(project_id=project.pk, memories=memories, since=since):
+        index = week_of(day)
         if index is not None:
-            injected[index] += len({pk for pk in ids if type(pk) is int} & projects)
+            injected[index] += total or 0
 
     weeks = [
         HealthWeek(

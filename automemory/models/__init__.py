@@ -1,5 +1,6 @@
 """Auto memory's own tables: per-user settings, per-task flags, the extraction log, the
-sweep's state and drafts, feedback on memories and their embeddings."""
+sweep's state and drafts, feedback on memories, their embeddings, and tasks' texts as
+others read them."""
 
 from automemory.models.embeddings import MemoryEmbedding  # noqa: F401
 from automemory.models.feedback import (  # noqa: F401
@@ -43,3 +44,4 @@ from automemory.models.sweep import (  # noqa: F401
     ExtractionDraft,
     SweepState,
 )
+from automemory.models.transcripts import TaskTextCleaned  # noqa: F401

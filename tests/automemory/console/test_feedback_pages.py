@@ -454,10 +454,10 @@ def test_health_is_for_members(client, project, user_for_role, role):
     assert response.status_code == (200 if role == "viewer" else 404)
 
 
-def test_health_takes_eight_queries_whatever_the_size(
+def test_health_takes_seven_queries_whatever_the_size(
     client, project, alice, bob, task_factory, memory_factory
 ):
-    """The counting is `memory_health_get`: 8 queries for a small project and for one with
+    """The counting is `memory_health_get`: 7 queries for a small project and for one with
     many more memories, tasks and feedback rows."""
 
     def count() -> int:
@@ -470,7 +470,7 @@ def test_health_takes_eight_queries_whatever_the_size(
     task_factory(project, alice, injected_memory_ids=["x", {"a": 1}, None, True, [2]])
     small = count()
     health_story(project, alice, bob, task_factory, memory_factory, extra=30)
-    assert small == count() == 8
+    assert small == count() == 7
 
 
 # --- A memory's history and counts ---------------------------------------------------------------
