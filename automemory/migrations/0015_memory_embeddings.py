@@ -1,13 +1,38 @@
 """Each memory's embedding state, in a table of auto memory's own keyed by memory.
 
 The triggers that keep it in step with `identity_memories` and the vector column (pgvector
-on PostgreSQL, a BLOB for sqlite-vec on SQLite) are created after every `migrate` by
-`automemory.services.vectors.vector_store_ensure` (post_migrate), which also adds them once
-the vector extension is installed later.
+on PostgreSQL, a BLOB for sqlite-vec on SQLite) are created by
+`automemory.services.vectors.vector_store_ensure`, here and after every later `migrate`
+(post_migrate: it re-creates what a SQLite table rebuild dropped, and adds the vector column
+once the extension is installed). Going back drops the triggers with the table.
 """
 
 import django.db.models.deletion
 from django.db import migrations, models
+
+TRIGGERS_DROP = {
+    "sqlite": [
+        "DROP TRIGGER IF EXISTS memory_embedding_insert",
+        "DROP TRIGGER IF EXISTS memory_embedding_content",
+        "DROP TRIGGER IF EXISTS memory_embedding_owner",
+        "DROP TRIGGER IF EXISTS memory_embedding_delete",
+    ],
+    "postgresql": [
+        "DROP TRIGGER IF EXISTS memory_embedding_sync ON identity_memories",
+        "DROP FUNCTION IF EXISTS automemory_memory_embedding_sync()",
+    ],
+}
+
+
+def store_create(apps, schema_editor):
+    from automemory.services.vectors import vector_store_ensure
+
+    vector_store_ensure(using=schema_editor.connection.alias)
+
+
+def triggers_drop(apps, schema_editor):
+    for statement in TRIGGERS_DROP.get(schema_editor.connection.vendor, []):
+        schema_editor.execute(statement)
 
 
 class Migration(migrations.Migration):
@@ -51,4 +76,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.RunPython(store_create, triggers_drop),
     ]
