@@ -7,7 +7,6 @@ from datetime import date, datetime, time, timedelta
 from django.db import connection
 from django.db.models import (
     Count,
-    IntegerField,
     OuterRef,
     Prefetch,
     Q,
@@ -16,7 +15,6 @@ from django.db.models import (
     Sum,
     Window,
 )
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Lower, TruncDate
 from django.utils import timezone
 
@@ -25,6 +23,7 @@ from automemory.models import (
     AutoMemoryLog,
     FeedbackKind,
     MemoryFeedback,
+    MemoryInjectionDay,
     Reason,
     TaskMemoryShown,
 )
@@ -416,45 +415,13 @@ class MemoryHealth:
 HEALTH_STATES = ("active", "held_for_review", "superseded", "archived")
 
 
-def _injected_per_day(*, project_id: int, memories, since: datetime):
-    """Per day a task of the project started (or was created) since `since`: how many of
-    the memories it received are the project's that `memories` holds. Counted by the
-    database from each task's `injected_memory_ids` (ids only: junk in a hand-written list
-    counts nothing); a memory injected in the window was last injected in it, so only
-    those are looked up."""
-    received = memories.filter(last_injected_at__gte=since).values("pk")
-    received_sql, received_params = received.query.sql_with_params()
-    ids = f"{table(Task)}.{column(Task, 'injected_memory_ids')}"
-    if connection.vendor == "postgresql":
-        count = (
-            "(SELECT COUNT(*) FROM jsonb_array_elements(CASE WHEN jsonb_typeof({col}) = 'array'"
-            " THEN {col} ELSE '[]'::jsonb END) AS e(value) WHERE jsonb_typeof(e.value) ="
-            " 'number' AND (e.value #>> '{{}}') ~ '^[0-9]{{1,18}}$'"
-            " AND (e.value #>> '{{}}')::bigint IN ({received}))"
-        )
-    else:
-        count = (
-            "(SELECT COUNT(*) FROM json_each(CASE WHEN json_type({col}) = 'array' THEN {col}"
-            " ELSE '[]' END) AS e WHERE e.type = 'integer' AND e.value IN ({received}))"
-        )
-    per_task = RawSQL(count.format(col=ids, received=received_sql), received_params)
-    return (
-        Task.objects.filter(project_id=project_id)
-        .filter(Q(started_at__gte=since) | Q(started_at__isnull=True, created_at__gte=since))
-        .exclude(injected_memory_ids=[])
-        .annotate(day=TruncDate(Coalesce("started_at", "created_at")))
-        .values_list("day")
-        .annotate(total=Sum(per_task, output_field=IntegerField()))
-        .order_by()
-    )
-
-
 def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHealth:
     """`project`'s memory health over the last `HEALTH_WEEKS` weeks (the last week ends
     today), as `user`, a member, sees it. Seven queries whatever the project's size, each an
     aggregate in the database: the states, the memories created per day, the feedback per
-    day and kind, the project memories tasks received per day, the never-cited, the top
-    cited and the top reported.
+    day and kind, the project memories tasks received per day (`MemoryInjectionDay`, kept
+    by injection: its cost follows the memories and days, not the tasks), the never-cited,
+    the top cited and the top reported.
 
     Injected counts a memory once per task whose first turn received it; cited and reported
     count feedback rows (a task cites a memory once). Cite rate is cited ÷ injected.
@@ -504,10 +471,16 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
             (cited if kind == FeedbackKind.CITE else reported)[index] += total
 
     injected = [0] * HEALTH_WEEKS
-    for day, total in _injected_per_day(project_id=project.pk, memories=memories, since=since):
+    received = (
+        MemoryInjectionDay.objects.filter(day__gte=first_day, memory__in=memories.values("pk"))
+        .values_list("day")
+        .annotate(total=Sum("tasks"))
+        .order_by()
+    )
+    for day, total in received:
         index = week_of(day)
         if index is not None:
-            injected[index] += total or 0
+            injected[index] += total
 
     weeks = [
         HealthWeek(

@@ -11,13 +11,14 @@ warning and the task runs without memories.
 
 import logging
 from dataclasses import dataclass, field
+from datetime import date
 
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from automemory import metrics, ranking
-from automemory.models import AutoMemorySettings, TaskAutoMemoryFlags
+from automemory.models import AutoMemorySettings, MemoryInjectionDay, TaskAutoMemoryFlags
 from automemory.services.memory_block import FittedBlock, fit_memory_block
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint
@@ -391,6 +392,24 @@ def _injection_record(*, task: Task, fitted: FittedBlock, actor_label: str) -> N
             },
         )
         # A plain UPDATE: `updated_at` (the memory's edit time) does not move.
+        now = timezone.now()
         IdentityMemory.objects.filter(pk__in=memory_ids).update(
-            injection_count=F("injection_count") + 1, last_injected_at=timezone.now()
+            injection_count=F("injection_count") + 1, last_injected_at=now
         )
+        injection_days_record(memory_ids=memory_ids, day=timezone.localdate(now))
+
+
+def injection_days_record(*, memory_ids: list[int], day: date) -> None:
+    """Count one more task that received each of `memory_ids` on `day` (one statement; the
+    memory-health page sums these counts)."""
+    distinct = list(dict.fromkeys(memory_ids))
+    if not distinct:
+        return
+    table_name = table(MemoryInjectionDay)
+    rows = ", ".join(["(%s, %s, 1)"] * len(distinct))
+    sql = (
+        f"INSERT INTO {table_name} (memory_id, day, tasks) VALUES {rows}"
+        f" ON CONFLICT (memory_id, day) DO UPDATE SET tasks = {table_name}.tasks + 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for pk in distinct for value in (pk, day)])
