@@ -33,17 +33,10 @@ UNCHECKABLE = (
 
 
 def private_notes_removed(task: Task, text: str) -> str:
-    """`text` without the task user's private memories injected into it (two queries when
-    any memory was injected, none otherwise; one more, and a write the first time, when
-    some were the user's own)."""
-    injected = injected_for([task]).get(task.pk)
-    if injected is None:
-        return text
-    if injected.unrecorded:
-        return UNCHECKABLE
-    private = [fp for fp in injected.fingerprints if fp.scope == MemoryScope.USER]
-    if not private:
-        return text
+    """`text` without the task user's private memories injected into it. Kept once cleaned:
+    one query when it was (the notes are not even looked up), else two to find the task's
+    injected memories (none when nothing was injected) and, when some were the user's own,
+    the removal and a write."""
     source = _source_key(text)
     kept = (
         TaskTextCleaned.objects.filter(task_id=task.pk, turn=task.turn, source=source)
@@ -52,6 +45,14 @@ def private_notes_removed(task: Task, text: str) -> str:
     )
     if kept is not None:
         return text if kept[1] is None else kept[1]
+    injected = injected_for([task]).get(task.pk)
+    if injected is None:
+        return text
+    if injected.unrecorded:
+        return UNCHECKABLE
+    private = [fp for fp in injected.fingerprints if fp.scope == MemoryScope.USER]
+    if not private:
+        return text
     cleaned = injected_text_removed(text, fingerprints=private, marker=PRIVATE_NOTE_REMOVED)
     _keep(task, source, None if cleaned == text else cleaned)
     return cleaned
