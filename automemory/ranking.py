@@ -149,6 +149,24 @@ def ranked_read(
     columns = memory_columns()
     parts: list[str] = []
     params: list = []
+    ctes: list[str] = []
+    cte_params: list = []
+    candidates: dict[str, tuple[fusion.Candidates, list[str]]] = {}
+    if vector is not None:
+        for scope in dict.fromkeys(want.scope for want in wanted if want.limit):
+            conditions = list(dict.fromkeys(w.condition for w in wanted if w.scope == scope))
+            found_in = fusion.candidates_sql(
+                scope=scope,
+                owner=OWNER[scope],
+                owner_params=_owner_params(scope, user_id=user_id, project_id=project_id),
+                owner_id=user_id if scope == MemoryScope.USER else project_id,
+                conditions=conditions,
+                keyword=match.sql if match is not None else None,
+                vector=vector,
+            )
+            candidates[scope] = (found_in, conditions)
+            ctes += found_in.sql
+            cte_params += found_in.params
     for want in wanted:
         scope, condition, limit = want.scope, want.condition, want.limit
         if not limit:
@@ -156,22 +174,19 @@ def ranked_read(
         owner = _owner_params(scope, user_id=user_id, project_id=project_id)
         label = f"{scope}:{_CONDITION_LABELS.get(condition, condition)}"
         if vector is not None:
+            found_in, conditions = candidates[scope]
             fused = fusion.fused_sql(
-                keyword=match.sql if match is not None else None,
-                vector=vector,
-                scope=scope,
-                owner_id=user_id if scope == MemoryScope.USER else project_id,
-                where=f"{OWNER[scope]} AND {condition}",
-                where_params=owner,
+                candidates=found_in,
+                condition=conditions.index(condition),
                 feedback=_feedback_factor(),
                 newest=NEWEST,
                 limit=limit,
             )
             parts.append(
                 f"SELECT {columns}, '{label}:match' AS injection_part, best.match_score"
-                f" FROM ({fused.sql}) AS best JOIN identity_memories m ON m.id = best.id"
+                f" FROM ({fused}) AS best JOIN identity_memories m ON m.id = best.id"
             )
-            params.extend(fused.params)
+            params.append(limit)
         elif match is not None:
             # Rank narrow rows (id, score), then read the few chosen memories whole.
             parts.append(
@@ -203,6 +218,9 @@ def ranked_read(
         sql = " UNION ALL ".join(
             f"SELECT * FROM ({part}) AS part{i}" for i, part in enumerate(parts)
         )
+        if ctes:
+            sql = f"WITH {', '.join(ctes)} {sql}"
+            params = [*cte_params, *params]
         for memory in IdentityMemory.objects.raw(sql, params):
             found.setdefault(memory.injection_part, []).append(memory)
     result = {}

@@ -360,7 +360,8 @@ def report(title: str, by_name: dict, seconds: float) -> None:
     print(
         f"  {'endpoint':<14} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'errors':>7}"
     )
-    for name in [n for n, _ in MIX if n in by_name]:
+    order = [n for n, _ in MIX] + [n for n in READS if n not in dict(MIX)]
+    for name in [n for n in order if n in by_name]:
         rows = by_name[name]
         latencies = sorted(latency * 1000 for latency, _ in rows)
         cuts = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99

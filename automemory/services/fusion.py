@@ -10,7 +10,9 @@ single list places first. Fusing ranks, not scores, needs no calibration between
 no neighbours by meaning, as it gets no keyword match. The fused score is then multiplied by
 the citation feedback factor (`automemory.ranking`), as a keyword score was.
 
-Everything is one SQL subquery, on both databases, read inside the ranking's one query.
+The candidates of each ranking are common table expressions computed once per query and
+scope, whatever number of lists read them; each fused list is a subquery of the ranking's
+one query, on both databases.
 """
 
 from __future__ import annotations
@@ -41,57 +43,84 @@ def task_vector(text: str) -> list[float] | None:
 
 
 @dataclass(frozen=True)
-class FusedSql:
-    """A subquery of `id` and `match_score` (minus the fused score: lower is better), the
-    best `limit` first; `params` bind it in order."""
+class Candidates:
+    """A scope's candidates by each ranking, as common table expressions computed once per
+    query and shared by every list read from them (the preview reads the receivable and the
+    withheld): `keyword` (`id`, `created_at`, `score`, lower is better; None without a
+    searchable word) and `nearest` (`id`, `distance`), each with a 0/1 column per condition
+    (`ok0`, `ok1`...). `sql` is the expressions' text, `params` bind it."""
 
-    sql: str
-    params: tuple
+    keyword: str | None
+    nearest: str
+    sql: list[str]
+    params: list
+
+
+def candidates_sql(
+    *,
+    scope: str,
+    owner: str,
+    owner_params: Sequence,
+    owner_id: int,
+    conditions: Sequence[str],
+    keyword: search.MatchSql | None,
+    vector: Sequence[float],
+) -> Candidates:
+    """The scope's live memories matching the task's words (all of them: each list keeps
+    its best `CANDIDATES` after its condition) and its `CANDIDATES` nearest by meaning
+    within `AUTOMEMORY_EMBEDDING_MAX_DISTANCE` (`owner`: SQL on the memory table `m`)."""
+    flags = ", ".join(
+        f"CASE WHEN {condition} THEN 1 ELSE 0 END AS ok{i}"
+        for i, condition in enumerate(conditions)
+    )
+    sql: list[str] = []
+    params: list = []
+    keyword_name = None
+    if keyword is not None:
+        keyword_name = f"keyword_{scope}"
+        sql.append(
+            f"{keyword_name} AS MATERIALIZED (SELECT m.id AS id, m.created_at AS created_at,"
+            f" {keyword.score} AS score, {flags} FROM {keyword.from_sql}"
+            f" WHERE {keyword.condition} AND {owner} AND m.status IN ('active', 'archived'))"
+        )
+        params.extend([*keyword.params, *owner_params])
+    nearest = vectors.nearest_sql(vector=vector, scope=scope, owner_id=owner_id, depth=CANDIDATES)
+    nearest_name = f"nearest_{scope}"
+    sql.append(
+        f"{nearest_name} AS MATERIALIZED (SELECT near.id AS id, near.distance AS distance,"
+        f" {flags} FROM ({nearest.sql}) AS near JOIN identity_memories m ON m.id = near.id"
+        f" WHERE near.distance <= %s AND {owner})"
+    )
+    params.extend([*nearest.params, float(conf.get("EMBEDDING_MAX_DISTANCE")), *owner_params])
+    return Candidates(keyword_name, nearest_name, sql, params)
 
 
 def fused_sql(
-    *,
-    keyword: search.MatchSql | None,
-    vector: Sequence[float],
-    scope: str,
-    owner_id: int,
-    where: str,
-    where_params: Sequence,
-    feedback: str,
-    newest: str,
-    limit: int,
-) -> FusedSql:
-    """The best `limit` memories of a scope by both rankings fused. `where` (on the memory
-    table `m`, bound by `where_params`) says which memories may rank; `keyword` is the
-    full-text match of the task's words (None when it has no searchable word); `feedback`
-    is the SQL factor of citation feedback; `newest` breaks ties."""
-    depth = max(CANDIDATES, limit)
-    lists: list[str] = []
-    params: list = []
-    if keyword is not None:
+    *, candidates: Candidates, condition: int, feedback: str, newest: str, limit: int
+) -> str:
+    """A subquery of `id` and `match_score` (minus the fused score: lower is better) of the
+    best `limit` candidates meeting condition number `condition`; `feedback` is the SQL
+    factor of citation feedback, `newest` breaks ties. Binds nothing of its own but `limit`
+    (appended by the caller)."""
+    ok = f"ok{condition}"
+    lists = []
+    if candidates.keyword is not None:
         lists.append(
             f"SELECT kw.id AS id, {float(KEYWORD_WEIGHT)!r} AS weight, ROW_NUMBER() OVER"
-            " (ORDER BY kw.score, kw.created_at DESC, kw.id DESC) AS rank"
-            " FROM (SELECT m.id AS id, m.created_at AS created_at,"
-            f" {keyword.score} AS score FROM {keyword.from_sql} WHERE {keyword.condition}"
-            f" AND {where} ORDER BY score, {newest} LIMIT %s) AS kw"
+            " (ORDER BY kw.score, kw.created_at DESC, kw.id DESC) AS rank FROM (SELECT k.id AS"
+            f" id, k.created_at AS created_at, k.score AS score FROM {candidates.keyword} k"
+            f" WHERE k.{ok} = 1 ORDER BY k.score, k.created_at DESC, k.id DESC"
+            f" LIMIT {CANDIDATES}) AS kw"
         )
-        params.extend([*keyword.params, *where_params, depth])
-    nearest = vectors.nearest_sql(vector=vector, scope=scope, owner_id=owner_id, depth=depth)
     lists.append(
         f"SELECT nn.id AS id, {float(VECTOR_WEIGHT)!r} AS weight,"
-        " ROW_NUMBER() OVER (ORDER BY nn.distance, nn.id) AS rank FROM"
-        " (SELECT near.id AS id, near.distance AS distance"
-        f" FROM ({nearest.sql}) AS near JOIN identity_memories m ON m.id = near.id"
-        f" WHERE near.distance <= %s AND {where}) AS nn"
+        " ROW_NUMBER() OVER (ORDER BY nn.distance, nn.id) AS rank"
+        f" FROM {candidates.nearest} nn WHERE nn.{ok} = 1"
     )
-    params.extend([*nearest.params, float(conf.get("EMBEDDING_MAX_DISTANCE")), *where_params])
     union = " UNION ALL ".join(f"SELECT * FROM ({part}) AS list{i}" for i, part in enumerate(lists))
-    sql = (
+    return (
         f"SELECT m.id AS id, CAST(-(fused.rrf * {feedback}) AS REAL) AS match_score"
         f" FROM (SELECT ranked.id AS id, SUM(ranked.weight / ({RRF_K} + ranked.rank)) AS rrf"
         f" FROM ({union}) AS ranked GROUP BY ranked.id) AS fused"
         f" JOIN identity_memories m ON m.id = fused.id ORDER BY match_score, {newest} LIMIT %s"
     )
-    params.append(limit)
-    return FusedSql(sql, tuple(params))
