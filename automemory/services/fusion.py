@@ -31,9 +31,10 @@ VECTOR_WEIGHT = 1.0
 
 
 def task_vector(text: str) -> list[float] | None:
-    """The vector of a task's text for ranking, or None when the text is blank or the
-    model or the store is unavailable (ranking then uses keywords; counted, logged once)."""
-    if not text.strip():
+    """The vector of a task's text for ranking, or None when the text is blank, the model is
+    off by choice (`AUTOMEMORY_EMBEDDING_MODEL = ""`), or the model or the store is
+    unavailable (ranking then uses keywords; counted, logged once)."""
+    if not text.strip() or not conf.get("EMBEDDING_MODEL"):
         return None
     problem = vectors.store_problem()
     if problem is not None:

@@ -317,9 +317,11 @@ def embeddings_refresh(*, limit: int | None = None, batch_size: int | None = Non
     content changed meanwhile stays pending for the next pass. The sweeper runs it after
     each sweep; nothing pending costs one indexed query.
     """
+    outcome = EmbeddingPass()
+    if not conf.get("EMBEDDING_MODEL"):
+        return outcome  # ranking by words alone, by choice: nothing to embed
     limit = int(limit if limit is not None else conf.get("EMBEDDING_PASS_MAX"))
     batch_size = int(batch_size if batch_size is not None else conf.get("EMBEDDING_BATCH_SIZE"))
-    outcome = EmbeddingPass()
     connection = connections["default"]
     with connection.cursor() as cursor:
         cursor.execute(
