@@ -37,25 +37,42 @@ def backfill(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('automemory', '0016_task_text_cleaned'),
-        ('controlplane', '0017_task_memory_key'),
+        ("automemory", "0016_task_text_cleaned"),
+        ("controlplane", "0017_task_memory_key"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='MemoryInjectionDay',
+            name="MemoryInjectionDay",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('day', models.DateField()),
-                ('tasks', models.PositiveIntegerField(default=0)),
-                ('memory', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='controlplane.identitymemory')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("day", models.DateField()),
+                ("tasks", models.PositiveIntegerField(default=0)),
+                (
+                    "memory",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="controlplane.identitymemory",
+                    ),
+                ),
             ],
             options={
-                'db_table': 'automemory_memory_injection_days',
-                'indexes': [models.Index(fields=['day', 'memory'], name='memory_injection_day_idx')],
-                'constraints': [models.UniqueConstraint(fields=('memory', 'day'), name='memory_injection_day_once')],
+                "db_table": "automemory_memory_injection_days",
+                "indexes": [
+                    models.Index(fields=["day", "memory"], name="memory_injection_day_idx")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("memory", "day"), name="memory_injection_day_once"
+                    )
+                ],
             },
         ),
         migrations.RunPython(backfill, migrations.RunPython.noop),
