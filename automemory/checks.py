@@ -110,7 +110,7 @@ def embeddings_deploy_check(app_configs=None, **kwargs) -> list:
             )
         )
     try:
-        store_problem = vectors.store_problem(fresh=True)
+        store_problem = vectors.deploy_problem()
     except DatabaseError as exc:
         return [*errors, Warning(f"The vector store was not checked: {exc}", id="automemory.W001")]
     if store_problem is not None:

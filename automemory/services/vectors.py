@@ -206,6 +206,31 @@ def store_problem(*, using: str = "default", fresh: bool = False) -> str | None:
     return problem
 
 
+def deploy_problem(*, using: str = "default") -> str | None:
+    """What a deploy lacks for memory vectors, looked at afresh: the extension (sqlite-vec
+    loadable, pgvector available on the server) and, once migrated, the vector column. An
+    unmigrated database is not a problem here: `migrate` creates the store."""
+    connection = connections[using]
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        problem = getattr(connection, "sqlite_vec_problem", "sqlite-vec was not loaded")
+        if problem:
+            return problem
+    elif connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+            if cursor.fetchone() is None:
+                return (
+                    "the pgvector extension is not installed on the database server (install "
+                    "the postgresql-<major>-pgvector package)"
+                )
+    else:
+        return f"no vector store for database vendor {connection.vendor!r}"
+    if TABLE not in connection.introspection.table_names():
+        return None
+    return _column_problem(connection)
+
+
 def _column_problem(connection: BaseDatabaseWrapper) -> str | None:
     """Whether the vector column exists (one query)."""
     if connection.vendor == "sqlite":
