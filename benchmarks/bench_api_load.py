@@ -93,6 +93,11 @@ def seed() -> dict:
         memory_create(user=user, project=project, content=f"Memory {i}: {text}.")
     task = Task.objects.create(project=project, user=user, prompt="Fix the login bug")
     completed_tasks(user, project)
+    # The memories' vectors, written before the servers start: the worker's sweeper would
+    # otherwise spend the first minute of the run embedding them beside the server.
+    from automemory.services.vectors import embeddings_refresh
+
+    embeddings_refresh(limit=MEMORIES * 2)
     from django.db import connection
 
     if connection.vendor == "postgresql":  # the statistics autovacuum keeps in a running system
