@@ -6,6 +6,8 @@
 # (the version pinned in tests/worker/real_codex/codex-version) from npm into .cache/; without
 # npm those tests skip (and fail in CI). It also installs Chromium for the console's browser
 # tests when it is missing and apt can be used (as root); without it they skip (fail in CI).
+# And pgvector into the local PostgreSQL server (scripts/pgvector-install.sh), where auto
+# memory keeps its memory vectors; without it ranking falls back to keywords.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -17,7 +19,7 @@ CODEX_VERSION := $(shell cat tests/worker/real_codex/codex-version)
 CODEX_DIR := .cache/codex-cli/$(CODEX_VERSION)
 CODEX_BIN := $(CODEX_DIR)/bin/codex
 
-.PHONY: run test setup lint codex-cli browser sandbox git
+.PHONY: run test setup lint codex-cli browser sandbox git pgvector
 
 # `make run` serves as a deployment does (DEBUG off, gunicorn, static files by whitenoise),
 # with a secret key generated once into var/ (an exported SECRET_KEY wins). ADDR=HOST:PORT.
@@ -27,7 +29,7 @@ DEV_SECRET_KEY := var/dev-secret-key
 RUN_ENV = DEBUG=False SECRET_KEY="$${SECRET_KEY:-$$(cat $(DEV_SECRET_KEY))}" \
 	CACHE_URL="$${CACHE_URL:-filecache://$(CURDIR)/var/cache}"
 
-run: setup sandbox git $(DEV_SECRET_KEY)
+run: setup sandbox git pgvector $(DEV_SECRET_KEY)
 	$(RUN_ENV) $(PY) manage.py migrate --noinput
 	$(RUN_ENV) $(PY) manage.py demo_setup
 	$(RUN_ENV) $(PY) manage.py demo_auto_memory --addrport $(ADDR)
@@ -37,7 +39,7 @@ $(DEV_SECRET_KEY):
 	mkdir -p $(@D)
 	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
 
-test: setup codex-cli browser sandbox git
+test: setup codex-cli browser sandbox git pgvector
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The OS's Chromium for the console's browser tests (Playwright drives it; its own browser
@@ -77,6 +79,13 @@ git:
 			echo "git not found: tasks on repositories fail, the git tests skip (in CI they fail)"; \
 		fi; \
 	fi
+
+# pgvector for the local PostgreSQL server's major version (a no-op without a local server or
+# once installed). Not fatal: without it memories are ranked by keywords alone, `manage.py
+# check --deploy` says so, and the PostgreSQL vector tests skip (in CI they fail).
+pgvector:
+	@sh scripts/pgvector-install.sh \
+		|| echo "could not install pgvector: memories will be ranked by keywords alone"
 
 lint: setup
 	$(PY) -m ruff check .

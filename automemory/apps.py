@@ -24,9 +24,15 @@ class AutoMemoryConfig(AppConfig):
         # What an agent quoted of its user's private memories is theirs alone to read.
         task_text_filter_register(private_notes_removed)
 
+        from django.db.backends.signals import connection_created
         from django.db.models.signals import post_migrate
 
         from automemory.services.search import sqlite_search_ensure
+        from automemory.services.vectors import connection_prepare, vector_store_ensure
 
         # A SQLite table rebuild (some column changes) drops the memory search triggers.
         post_migrate.connect(sqlite_search_ensure, sender=self)
+        # The vector store's triggers and columns (and the extension, once installed).
+        post_migrate.connect(vector_store_ensure, sender=self)
+        # sqlite-vec into every SQLite connection; HNSW's iterative scans on PostgreSQL.
+        connection_created.connect(connection_prepare)

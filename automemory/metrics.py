@@ -1,4 +1,5 @@
-"""Prometheus counters of auto memory: sweeps, extractions, injections, redactions.
+"""Prometheus counters of auto memory: sweeps, extractions, injections, redactions,
+embeddings and ranking's falls back to keywords.
 
 Counted where the work is done (`services.extraction.sweep`, `services.injector`,
 `services.redactor`); listed with their labels in docs/operations.md. A leaf module: it
@@ -48,6 +49,32 @@ redactions = Counter(
     "Secrets replaced by the redactor, by rule id.",
     ["rule"],
 )
+
+embedded_memories = Counter(
+    "automemory_embedded_memories",
+    "Memories embedded by the embedding pass (the vectors ranking by meaning reads).",
+)
+embedding_seconds = Counter(
+    "automemory_embedding_seconds",
+    "Seconds the embedding pass spent in the embedding model.",
+)
+keyword_fallbacks = Counter(
+    "automemory_keyword_fallbacks",
+    "Times memories were ranked, or left pending, without vectors because the embedding "
+    "model or the vector store was unavailable, by where (ranking, embedding_pass).",
+    ["where"],
+)
+
+
+def embeddings_observe(*, count: int, seconds: float) -> None:
+    """Count one batch of memories embedded and the time the model took."""
+    embedded_memories.inc(count)
+    embedding_seconds.inc(seconds)
+
+
+def keyword_fallback_observe(*, where: str) -> None:
+    """Count one ranking (or embedding pass) that went without vectors."""
+    keyword_fallbacks.labels(where).inc()
 
 
 def sweep_observe(*, scope: str, retracted: int) -> None:

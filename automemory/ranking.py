@@ -22,7 +22,7 @@ from django.db import connection
 
 from automemory import conf
 from automemory.models import InjectionRanking
-from automemory.services import search
+from automemory.services import fusion, search
 from controlplane.models import IdentityMemory, MemoryScope
 
 # What a task may receive (the SQL alias of the memory table is `m`).
@@ -90,6 +90,22 @@ def _match(query_text: str) -> _Match | None:
     return _Match(sql, f"({sql.score}) * {_feedback_factor()}")
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """One ranked list a read returns: at most `limit` memories of `scope` meeting
+    `condition`, the newest filling what matches leave free unless not `fill`.
+    `recent_window`, when set, bounds the newest that fill free slots to those
+    among the scope's `recent_window` newest live memories, so a condition few memories meet
+    (held ones) costs an index range, never a scan of every memory."""
+
+    scope: str
+    condition: str
+    limit: int
+    recent_window: int | None = None
+    # Whether the newest fill the slots matches leave free (search returns matches only).
+    fill: bool = True
+
+
 def ranked_by_scope(
     *,
     user_id: int,
@@ -104,46 +120,168 @@ def ranked_by_scope(
     Each carries `match_score` (its ranking score, lower is better; None when it came in as
     one of the newest). One `UNION ALL` query.
     """
-    match = _match(query_text) if ranking == InjectionRanking.RELEVANT else None
+    read = ranked_read(
+        user_id=user_id,
+        project_id=project_id,
+        ranking=ranking,
+        query_text=query_text,
+        wanted=[Wanted(scope, condition, limit) for scope, limit in limits.items()],
+    )
+    return {scope: read.get((scope, condition), []) for scope in SCOPES}
+
+
+def ranked_read(
+    *,
+    user_id: int,
+    project_id: int,
+    ranking: str,
+    query_text: str,
+    wanted: list[Wanted],
+) -> dict[tuple[str, str], list[IdentityMemory]]:
+    """Each list wanted, by (scope, condition), best first, in one `UNION ALL` query: with
+    `relevant`, the best matches (both rankings fused when the task's text has a vector,
+    `automemory.services.fusion`; else full text) and the newest filling free slots; with
+    `recent`, the newest. Each memory carries `match_score` (lower is better; None when it
+    came in as one of the newest)."""
+    relevant = ranking == InjectionRanking.RELEVANT
+    match = _match(query_text) if relevant else None
+    vector = fusion.task_vector(query_text) if relevant else None
     columns = memory_columns()
     parts: list[str] = []
     params: list = []
-    for scope in SCOPES:
-        if not limits.get(scope):
+    ctes: list[str] = []
+    cte_params: list = []
+    candidates: dict[str, tuple[fusion.Candidates, list[str]]] = {}
+    if vector is not None:
+        for scope in dict.fromkeys(want.scope for want in wanted if want.limit):
+            conditions = list(dict.fromkeys(w.condition for w in wanted if w.scope == scope))
+            found_in = fusion.candidates_sql(
+                scope=scope,
+                owner=OWNER[scope],
+                owner_params=_owner_params(scope, user_id=user_id, project_id=project_id),
+                owner_id=user_id if scope == MemoryScope.USER else project_id,
+                conditions=conditions,
+                keyword=match.sql if match is not None else None,
+                vector=vector,
+            )
+            candidates[scope] = (found_in, conditions)
+            ctes += found_in.sql
+            cte_params += found_in.params
+    for want in wanted:
+        scope, condition, limit = want.scope, want.condition, want.limit
+        if not limit:
             continue
-        if match is not None:
+        owner = _owner_params(scope, user_id=user_id, project_id=project_id)
+        label = f"{scope}:{_CONDITION_LABELS.get(condition, condition)}"
+        if vector is not None:
+            found_in, conditions = candidates[scope]
+            fused = fusion.fused_sql(
+                candidates=found_in,
+                condition=conditions.index(condition),
+                feedback=_feedback_factor(),
+                newest=NEWEST,
+                limit=limit,
+            )
+            parts.append(
+                f"SELECT {columns}, '{label}:match' AS injection_part, best.match_score"
+                f" FROM ({fused}) AS best JOIN identity_memories m ON m.id = best.id"
+            )
+            params.append(limit)
+        elif match is not None:
             # Rank narrow rows (id, score), then read the few chosen memories whole.
             parts.append(
-                f"SELECT {columns}, '{scope}:match' AS injection_part, best.match_score"
+                f"SELECT {columns}, '{label}:match' AS injection_part, best.match_score"
                 f" FROM (SELECT m.id AS id, {match.score} AS match_score"
                 f" FROM {match.sql.from_sql} WHERE {match.sql.condition} AND {OWNER[scope]}"
                 f" AND {condition} ORDER BY match_score, {NEWEST} LIMIT %s) AS best"
                 " JOIN identity_memories m ON m.id = best.id"
             )
-            owner = _owner_params(scope, user_id=user_id, project_id=project_id)
-            params.extend([*match.sql.params, *owner, limits[scope]])
+            params.extend([*match.sql.params, *owner, limit])
+        if not want.fill and (match is not None or vector is not None):
+            continue
+        source = "identity_memories m"
+        if want.recent_window is not None:
+            source = (
+                f"(SELECT * FROM identity_memories m WHERE {OWNER[scope]}"
+                f" AND m.status IN ('active', 'archived') ORDER BY {NEWEST} LIMIT %s) AS m"
+            )
+            params.extend([*owner, want.recent_window])
         parts.append(
-            f"SELECT {columns}, '{scope}:recent' AS injection_part,"
+            f"SELECT {columns}, '{label}:recent' AS injection_part,"
             " CAST(NULL AS REAL) AS match_score"
-            f" FROM identity_memories m WHERE {OWNER[scope]} AND {condition}"
+            f" FROM {source} WHERE {OWNER[scope]} AND {condition}"
             f" ORDER BY {NEWEST} LIMIT %s"
         )
-        params.extend(
-            [*_owner_params(scope, user_id=user_id, project_id=project_id), limits[scope]]
-        )
+        params.extend([*owner, limit])
     found: dict[str, list[IdentityMemory]] = {}
     if parts:
         sql = " UNION ALL ".join(
             f"SELECT * FROM ({part}) AS part{i}" for i, part in enumerate(parts)
         )
+        if ctes:
+            sql = f"WITH {', '.join(ctes)} {sql}"
+            params = [*cte_params, *params]
         for memory in IdentityMemory.objects.raw(sql, params):
             found.setdefault(memory.injection_part, []).append(memory)
-    return {
-        scope: _ranked(
-            found.get(f"{scope}:match", []), found.get(f"{scope}:recent", []), limits.get(scope, 0)
+    result = {}
+    for want in wanted:
+        label = f"{want.scope}:{_CONDITION_LABELS.get(want.condition, want.condition)}"
+        result[(want.scope, want.condition)] = _ranked(
+            found.get(f"{label}:match", []), found.get(f"{label}:recent", []), want.limit
         )
-        for scope in SCOPES
-    }
+    return result
+
+
+_CONDITION_LABELS = {RECEIVABLE: "receivable", WITHHELD: "withheld"}
+
+
+@dataclass(frozen=True)
+class InjectionCandidates:
+    """Per scope: the memories a first turn receives (`received`, best first), and when
+    explained, the next best that its limit leaves out (`below`) and the best of those held
+    or archived (`withheld`)."""
+
+    received: dict[str, list[IdentityMemory]]
+    below: dict[str, list[IdentityMemory]]
+    withheld: dict[str, list[IdentityMemory]]
+
+
+def injection_candidates(
+    *,
+    user_id: int,
+    project_id: int,
+    ranking: str = "recent",
+    query_text: str = "",
+    personal: bool = True,
+    explain: int = 0,
+) -> InjectionCandidates:
+    """The memories a task's first turn receives, user-level (none unless `personal`) then
+    project-level, best first (at most the injection limits of each scope); with `explain`,
+    also up to that many per scope ranked below the limit and held or archived. One query
+    either way: the received ones are those an unexplained read returns."""
+    limits = injection_limits()
+    if not personal:
+        limits[MemoryScope.USER] = 0
+    wanted = [Wanted(scope, RECEIVABLE, limit + explain) for scope, limit in limits.items()]
+    if explain:
+        wanted += [
+            Wanted(scope, WITHHELD, explain, recent_window=limit + 2 * explain)
+            for scope, limit in limits.items()
+            if limit
+        ]
+    read = ranked_read(
+        user_id=user_id,
+        project_id=project_id,
+        ranking=ranking,
+        query_text=query_text,
+        wanted=wanted,
+    )
+    ranked = {scope: read.get((scope, RECEIVABLE), []) for scope in SCOPES}
+    return InjectionCandidates(
+        received={scope: ranked[scope][: limits.get(scope, 0)] for scope in SCOPES},
+        below={scope: ranked[scope][limits.get(scope, 0) :] for scope in SCOPES},
+        withheld={scope: read.get((scope, WITHHELD), []) for scope in SCOPES},
+    )
 
 
 def memories_for_injection(
@@ -154,19 +292,15 @@ def memories_for_injection(
     query_text: str = "",
     personal: bool = True,
 ) -> tuple[list[IdentityMemory], list[IdentityMemory]]:
-    """The memories a task's first turn receives, user-level (none unless `personal`) then
-    project-level, best first (at most the injection limits of each scope)."""
-    limits = injection_limits()
-    if not personal:
-        limits[MemoryScope.USER] = 0
-    ranked = ranked_by_scope(
+    """The memories a task's first turn receives: user-level, then project-level."""
+    found = injection_candidates(
         user_id=user_id,
         project_id=project_id,
         ranking=ranking,
         query_text=query_text,
-        limits=limits,
+        personal=personal,
     )
-    return ranked[MemoryScope.USER], ranked[MemoryScope.PROJECT]
+    return found.received[MemoryScope.USER], found.received[MemoryScope.PROJECT]
 
 
 def _owners(personal: bool) -> tuple[str, list[str]]:
@@ -185,27 +319,20 @@ def memories_search(
 ) -> list[IdentityMemory]:
     """What the memory tool's search finds for a task: the memories it may receive (both
     scopes; project ones only unless `personal`) that match `query_text` best, ranked like
-    `relevant` injection; the newest when the query has no searchable word. One query."""
+    `relevant` injection (by keywords and meaning fused); the newest when the query has no
+    searchable word and no vector. One query."""
     if limit <= 0:
         return []
-    owners, names = _owners(personal)
-    values = {"user": user_id, "project": project_id}
-    owner_params = [values[name] for name in names]
-    match = _match(query_text)
-    columns = memory_columns()
-    if match is None:
-        sql = (
-            f"SELECT {columns}, CAST(NULL AS REAL) AS match_score FROM identity_memories m"
-            f" WHERE {owners} AND {RECEIVABLE} ORDER BY {NEWEST} LIMIT %s"
-        )
-        return list(IdentityMemory.objects.raw(sql, [*owner_params, limit]))
-    sql = (
-        f"SELECT {columns}, {match.score} AS match_score FROM {match.sql.from_sql}"
-        f" WHERE {match.sql.condition} AND {owners} AND {RECEIVABLE}"
-        f" ORDER BY match_score, {NEWEST} LIMIT %s"
+    scopes = SCOPES if personal else (MemoryScope.PROJECT,)
+    read = ranked_read(
+        user_id=user_id,
+        project_id=project_id,
+        ranking=InjectionRanking.RELEVANT,
+        query_text=query_text,
+        wanted=[Wanted(scope, RECEIVABLE, limit, fill=False) for scope in scopes],
     )
-    params = [*match.sql.params, *owner_params, limit]
-    return list(IdentityMemory.objects.raw(sql, params))
+    found = [memory for scope in scopes for memory in read.get((scope, RECEIVABLE), [])]
+    return sorted(found, key=_best_first)[:limit]
 
 
 def memory_receivable(
@@ -271,11 +398,17 @@ def _newest_first(memory: IdentityMemory) -> tuple:
     return (-memory.created_at.timestamp(), -memory.pk)
 
 
+def _best_first(memory: IdentityMemory) -> tuple:
+    """Matches by score (recency breaking ties), then the newest."""
+    score = memory.match_score
+    return (score is None, score if score is not None else 0.0, *_newest_first(memory))
+
+
 def _ranked(
     matches: list[IdentityMemory], newest: list[IdentityMemory], limit: int
 ) -> list[IdentityMemory]:
     """Matches by score (recency breaking ties), then the newest others up to `limit`."""
-    ranked = sorted(matches, key=lambda m: (m.match_score, *_newest_first(m)))[:limit]
+    ranked = sorted(matches, key=_best_first)[:limit]
     chosen = {m.pk for m in ranked}
     for memory in sorted(newest, key=_newest_first):
         if len(ranked) >= limit:

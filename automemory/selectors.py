@@ -5,7 +5,16 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 from django.db import connection
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery, Window
+from django.db.models import (
+    Count,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Window,
+)
 from django.db.models.functions import Coalesce, Lower, TruncDate
 from django.utils import timezone
 
@@ -14,6 +23,7 @@ from automemory.models import (
     AutoMemoryLog,
     FeedbackKind,
     MemoryFeedback,
+    MemoryInjectionDay,
     Reason,
     TaskMemoryShown,
 )
@@ -407,10 +417,11 @@ HEALTH_STATES = ("active", "held_for_review", "superseded", "archived")
 
 def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHealth:
     """`project`'s memory health over the last `HEALTH_WEEKS` weeks (the last week ends
-    today), as `user`, a member, sees it. Eight queries whatever the project's size: the
-    states, the memories created per day, the feedback per day and kind, the tasks that
-    received memories, which of their memories are the project's, the never-cited, the top
-    cited and the top reported.
+    today), as `user`, a member, sees it. Seven queries whatever the project's size, each an
+    aggregate in the database: the states, the memories created per day, the feedback per
+    day and kind, the project memories tasks received per day (`MemoryInjectionDay`, kept
+    by injection: its cost follows the memories and days, not the tasks), the never-cited,
+    the top cited and the top reported.
 
     Injected counts a memory once per task whose first turn received it; cited and reported
     count feedback rows (a task cites a memory once). Cite rate is cited ÷ injected.
@@ -459,28 +470,17 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
         if index is not None:
             (cited if kind == FeedbackKind.CITE else reported)[index] += total
 
-    receivers = (
-        Task.objects.filter(project_id=project.pk)
-        .filter(Q(started_at__gte=since) | Q(started_at__isnull=True, created_at__gte=since))
-        .exclude(injected_memory_ids=[])
-        .values_list("started_at", "created_at", "injected_memory_ids")
-    )
-    receivers = [
-        (started or created, ids) for started, created, ids in receivers if isinstance(ids, list)
-    ]
-    # Of the ids the tasks received, the project's memories this user may see (not the
-    # users' own memories, nor those held for another author): a memory injected in the
-    # window was last injected in it, so no list of ids goes into the query.
-    projects = (
-        set(memories.filter(last_injected_at__gte=since).values_list("pk", flat=True))
-        if receivers
-        else set()
-    )
     injected = [0] * HEALTH_WEEKS
-    for at, ids in receivers:
-        index = week_of(timezone.localdate(at))
+    received = (
+        MemoryInjectionDay.objects.filter(day__gte=first_day, memory__in=memories.values("pk"))
+        .values_list("day")
+        .annotate(total=Sum("tasks"))
+        .order_by()
+    )
+    for day, total in received:
+        index = week_of(day)
         if index is not None:
-            injected[index] += len({pk for pk in ids if type(pk) is int} & projects)
+            injected[index] += total
 
     weeks = [
         HealthWeek(

@@ -6,7 +6,13 @@ Prints, from one run on one database:
   tasks, each about one topic and worded differently from its memories (other phrasings and
   synonyms: a task about deploys says "ship to production", "roll out", "release"). A task
   scores 1 when at least one memory of its topic is among the project memories injected.
-  `recent` should stay near 5 / 24 topics; `relevant` should reach 0.9 or more;
+  `recent` should stay near 5 / 24 topics; `relevant` should reach 0.9 or more.
+  The same for a paraphrase set (`PARAPHRASES`: 48 English tasks that share no content word
+  with their topic's memories, checked by the run through the full-text index itself, and 8
+  in German, French, Spanish and Portuguese), and each set ranked by keywords alone (the
+  embedding model off) and hybrid (keywords and meaning fused). Hybrid must beat keywords on
+  the paraphrases and keep the keyword set's recall;
+- the embedding pass's cost: the 240 memories embedded in batches, per memory;
 - the injection's time (median of repeated runs) and queries, for both rankings, with 10,
   2,000 and 20,000 memories in the project, and the ratio of the time at 20,000 to 10.
   Queries are counted as data statements plus transaction control (BEGIN/COMMIT, which
@@ -19,6 +25,7 @@ With --postgres a throwaway database is created on the server named and dropped 
 `--save` writes the output to docs/figures/bench_retrieval.<database>.txt.
 """
 
+import contextlib
 import random
 import re
 import statistics
@@ -382,6 +389,67 @@ TOPICS: dict[str, dict[str, list[str]]] = {
         ],
     },
 }
+# Tasks worded apart from their topic's memories: no content word (after stemming) in common
+# with any memory of the topic, nor with the details a memory may name; the run checks it.
+# The last ones are in other languages.
+PARAPHRASES: list[tuple[str, str]] = [
+    ("deploy", "Put the latest build live for all customers"),
+    ("deploy", "Get yesterday's bugfix onto the servers people use"),
+    ("database_migrations", "Alter the orders model so it gains a nullable currency column"),
+    ("database_migrations", "Rename a field in Postgres without downtime"),
+    ("login", "People are bounced back to the welcome screen after entering their credentials"),
+    ("login", "Two-factor codes are refused when someone tries to get into their profile"),
+    ("billing", "A customer paid twice for the same order; give the money back"),
+    ("billing", "The charge on the yearly plan is wrong by a few pennies"),
+    ("css", "The buttons look washed out when the theme is dark"),
+    ("css", "Make the top bar fit on phone screens"),
+    ("alerts", "We were woken up at 3 am by a notification about nothing"),
+    ("alerts", "Nobody got told when the disk filled up last night"),
+    ("search", "Typing a product name into the lookup box finds nothing new"),
+    ("search", "Items people look for show up in the wrong order"),
+    ("queue", "Asynchronous tasks pile up and never finish"),
+    ("queue", "Send the welcome mail outside the web request"),
+    ("email", "New signups never receive their confirmation message"),
+    ("email", "Customers' inboxes reject what we send them"),
+    ("tests", "One check in our automated verification passes only sometimes"),
+    ("tests", "Cover the payment module with assertions"),
+    ("ci", "Every pull request waits forty minutes for the automated checks"),
+    ("ci", "The build robot rejects my branch because of formatting"),
+    ("docker", "Our shipped artifact is 2 GB, shrink it"),
+    ("docker", "Bring up the whole stack on a laptop with one command"),
+    ("caching", "People keep seeing the old price after we edit it"),
+    ("caching", "Keep the expensive totals in memory so we stop recomputing them"),
+    ("logging", "The output of the app is far too chatty"),
+    ("logging", "A user's secret showed up in the diagnostic output"),
+    ("permissions", "A guest collaborator managed to delete a project"),
+    ("permissions", "Outsiders can open private workspaces"),
+    ("api_versioning", "Old client apps crashed after we renamed a response field"),
+    ("api_versioning", "Retire the first edition of our HTTP interface gracefully"),
+    ("i18n", "Offer the whole shop in German and Italian"),
+    ("i18n", "Weekday labels appear in English for visitors from Madrid"),
+    ("backups", "Yesterday's safety copy of the Postgres data is missing"),
+    ("backups", "How do we get customer records back after an accidental wipe?"),
+    ("performance", "The orders page takes eight seconds to open"),
+    ("performance", "Find out why the API became sluggish"),
+    ("feature_flags", "Show the redesigned cart to a tenth of customers first"),
+    ("feature_flags", "Let only staff try the beta screen"),
+    ("dependencies", "Move the project to the newest Django release"),
+    ("dependencies", "A third-party library we import has a known vulnerability"),
+    ("secrets", "A password leaked in a public repository; replace it"),
+    ("secrets", "Stop hard-coding credentials in the settings module"),
+    ("frontend_build", "The browser downloads 4 MB of script on first visit"),
+    ("frontend_build", "Hot reload stopped refreshing the page on save"),
+    ("rate_limiting", "Integrators are told to slow down too often"),
+    ("rate_limiting", "One client floods us with calls; cap how often it may call"),
+    ("backups", "Die nächtliche Sicherung der Datenbank ist fehlgeschlagen"),
+    ("login", "Les utilisateurs ne peuvent plus se connecter après avoir changé leur mot de passe"),
+    ("billing", "Los clientes recibieron dos cobros en la misma factura"),
+    ("queue", "Die Warteschlange für Hintergrundaufgaben wächst ständig"),
+    ("i18n", "Traduire l'interface du site en allemand"),
+    ("email", "Los correos de bienvenida no llegan a los nuevos usuarios"),
+    ("alerts", "Wir wurden nachts ohne Grund alarmiert"),
+    ("performance", "A página de pedidos está muito lenta"),
+]
 DETAILS = [
     "checkout",
     "the admin",
@@ -443,6 +511,20 @@ class Scene:
         self.settings.injection_ranking = ranking
         self.settings.save(update_fields=["injection_ranking"])
 
+    def planned_ids(self, prompt: str) -> list[int]:
+        """The memories a new task with this prompt would receive (injection's plan, nothing
+        written: the measured tasks leave no usage counts behind to sway the next)."""
+        from automemory.services.injector import injection_plan, user_preferences
+
+        plan = injection_plan(
+            user_id=self.user.pk,
+            project_id=self.project.pk,
+            prompt=prompt,
+            goal=None,
+            preferences=user_preferences(user_id=self.user.pk),
+        )
+        return plan.memory_ids
+
     def inject(self, prompt: str):
         from automemory.services.injector import inject_memories
         from controlplane.models import Task
@@ -455,6 +537,7 @@ def bench_recall() -> None:
     from django.utils import timezone
     from freezegun import freeze_time
 
+    from automemory import ranking
     from controlplane.models import IdentityMemory
 
     rng = random.Random(SEED)
@@ -469,34 +552,151 @@ def bench_recall() -> None:
                 scope="project", project=scene.project, content=memory_text(rng, topic, i)
             )
         topic_of[created.pk] = topic
+    embedding_cost(len(rows))
     topics = list(TOPICS)
-    tasks = [
+    keyword_tasks = [
         (topics[n % len(topics)], task_text(rng, topics[n % len(topics)], n)) for n in range(TASKS)
     ]
-    print(
-        f"recall@5: {len(rows)} project memories over {len(topics)} topics, {TASKS} new tasks "
-        f"(chance with 5 random memories ~ {5 / len(topics):.2f})"
+    english = [(topic, text) for topic, text in PARAPHRASES if _is_english(text)]
+    other = [(topic, text) for topic, text in PARAPHRASES if not _is_english(text)]
+    shared = sum(
+        any(
+            topic_of.get(m.pk) == topic
+            for m in ranking.memories_matching(
+                text=text, scope="project", project_id=scene.project.pk, limit=len(rows)
+            )
+        )
+        for topic, text in english
     )
-    for ranking in ("recent", "relevant"):
-        scene.rank_by(ranking)
-        hits = 0
-        for topic, prompt in tasks:
-            injected = scene.inject(prompt).memory_ids
-            hits += any(topic_of.get(pk) == topic for pk in injected)
-        print(f"  {ranking:>8}: {hits / len(tasks):.2f}")
+    print(
+        f"recall@5: {len(rows)} project memories over {len(topics)} topics "
+        f"(chance with 5 random memories ~ {5 / len(topics):.2f}); paraphrases sharing a "
+        f"word with their topic's memories (full-text match): {shared} of {len(english)}"
+    )
+    sets = {
+        f"keyword set ({len(keyword_tasks)})": keyword_tasks,
+        f"paraphrases ({len(english)})": english,
+        f"other languages ({len(other)})": other,
+    }
+    print(f"  {'ranking':<22}" + "".join(f"{name:>24}" for name in sets))
+    for label, ranking_name, model in (
+        ("recent", "recent", ""),
+        ("relevant, keywords", "relevant", ""),
+        ("relevant, hybrid", "relevant", None),
+    ):
+        scene.rank_by(ranking_name)
+        with embedding_model(model):
+            recalls = [
+                sum(
+                    any(topic_of.get(pk) == topic for pk in scene.planned_ids(prompt))
+                    for topic, prompt in tasks
+                )
+                / len(tasks)
+                for tasks in sets.values()
+            ]
+        print(f"  {label:<22}" + "".join(f"{recall:>24.2f}" for recall in recalls))
+
+
+def _is_english(text: str) -> bool:
+    return text.isascii() and not any(
+        word in text.split() for word in ("Die", "Les", "Los", "Traduire", "Wir", "A página")
+    )
+
+
+@contextlib.contextmanager
+def embedding_model(name: str | None):
+    """Rank with the embedding model `name` ("" = off: keywords alone; None = the default)."""
+    from django.conf import settings
+
+    if name is None:
+        yield
+        return
+    settings.AUTOMEMORY_EMBEDDING_MODEL = name
+    try:
+        yield
+    finally:
+        del settings.AUTOMEMORY_EMBEDDING_MODEL
+
+
+def embedding_cost(count: int) -> None:
+    """Embed every pending memory as the sweeper does, and print what it cost."""
+    from automemory import conf
+    from automemory.services.vectors import embeddings_refresh
+
+    done = embeddings_refresh(limit=100_000)
+    assert done.unavailable is None and done.embedded >= count, done
+    print(
+        f"embedding pass: {done.embedded} memories in {done.seconds:.2f} s, batches of "
+        f"{conf.get('EMBEDDING_BATCH_SIZE')}: {1000 * done.seconds / done.embedded:.1f} ms per "
+        "memory (model time and the vectors' writes)"
+    )
+
+
+def vectors_fill(project_id: int) -> None:
+    """Give every pending memory of the project a vector fast: each distinct text without
+    its `(note N)` suffix is embedded once and its vector written for all that share it
+    (the suffix moves a vector by a hair; this is for the cost runs, not recall)."""
+    from django.db import connection, transaction
+
+    from automemory.services import embeddings, vectors
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT e.memory_id, m.content FROM {vectors.TABLE} e"
+            " JOIN identity_memories m ON m.id = e.memory_id"
+            " WHERE e.pending AND m.project_id = %s",
+            [project_id],
+        )
+        rows = cursor.fetchall()
+    bases = sorted({_without_note(content) for _, content in rows})
+    by_base = dict(zip(bases, embeddings.passage_vectors(bases), strict=True))
+    vendor = connection.vendor
+    bits = ", embedding_bits = vec_quantize_binary(%s)" if vendor == "sqlite" else ""
+    cast = "" if vendor == "sqlite" else "::vector"
+    sql = (
+        f"UPDATE {vectors.TABLE} SET embedding = %s{cast}{bits}, model = %s, pending = FALSE"
+        " WHERE memory_id = %s"
+    )
+    model = embeddings.model_name()
+    params = []
+    for memory_id, content in rows:
+        value = vectors.vector_param(by_base[_without_note(content)], vendor)
+        params.append([value, value, model, memory_id] if bits else [value, model, memory_id])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+def _without_note(content: str) -> str:
+    return re.sub(r" \(note \d+\)$", "", content)
+
+
+def iter_calls(calls: list):
+    """One call after another, each time the result is called (a fresh text each time)."""
+    pending = iter(calls)
+    return lambda: next(pending)()
 
 
 def bench_cost() -> None:
     from django.db import connection
 
+    from automemory.services import embeddings
     from controlplane.models import IdentityMemory
 
     rng = random.Random(SEED + 1)
     topics = list(TOPICS)
     prompts = [task_text(rng, topics[n % len(topics)], n) for n in range(REPEATS)]
+    query_embedding = harness.timed(
+        iter_calls([lambda text=text: embeddings.query_vector(text) for text in prompts]),
+        repeats=REPEATS,
+        warmup=0,
+    )
     print(
-        f"injection cost over {REPEATS} runs: ms median / best; queries: data statements + "
-        "transaction control (most in one run)"
+        f"a task text's vector (embedded once per text and process, then kept): "
+        f"{query_embedding.median_ms:.1f} / {query_embedding.best_ms:.1f} ms median / best"
+    )
+    print(
+        f"injection cost over {REPEATS} runs, the texts' vectors kept: ms median / best; "
+        "queries: data statements + transaction control (most in one run)"
     )
     results: dict[str, dict[int, tuple[float, float, int, int]]] = {"recent": {}, "relevant": {}}
     for size in SIZES:
@@ -512,6 +712,7 @@ def bench_cost() -> None:
             ],
             batch_size=2000,
         )
+        vectors_fill(scene.project.pk)
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE")

@@ -34,7 +34,6 @@ import platform
 import re
 import shlex
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -242,7 +241,7 @@ def _server_version() -> str:
     from django.db import connection
 
     if connection.vendor == "sqlite":
-        return sqlite3.sqlite_version
+        return connection.Database.sqlite_version  # the SQLite Django runs on
     with connection.cursor() as cursor:
         cursor.execute("SHOW server_version")
         return cursor.fetchone()[0].split()[0]

@@ -184,6 +184,16 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'controlplane.sqlite3'}"),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The SQLite of pysqlite3-binary, where available: Python's own may be built without
+    # loadable extensions, and auto memory loads sqlite-vec (its memory vectors) into every
+    # connection. Swapped before Django's SQLite backend is imported.
+    try:
+        import pysqlite3.dbapi2
+    except ImportError:
+        pass
+    else:
+        sys.modules["sqlite3"] = sys.modules["pysqlite3"]
+        sys.modules["sqlite3.dbapi2"] = pysqlite3.dbapi2
     if str(DATABASES["default"]["NAME"]) not in ("", ":memory:"):
         private_sqlite_files(Path(DATABASES["default"]["NAME"]))
     # A server and several workers share one file: WAL lets readers run beside a writer,

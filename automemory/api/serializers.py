@@ -267,7 +267,7 @@ class AutoMemoryLogFilterInput(serializers.Serializer):
 
 class AutoMemoryLogSerializer(serializers.ModelSerializer):
     task_id = serializers.IntegerField()
-    project_id = serializers.IntegerField(source="task.project_id")
+    project_id = serializers.IntegerField()
     outcome = serializers.ChoiceField(choices=Outcome.choices)
     reason = serializers.ChoiceField(choices=Reason.choices)
     memory_id = serializers.IntegerField(allow_null=True)

@@ -1,6 +1,6 @@
 """Auto memory endpoints: validate input, call one service or selector, serialize output."""
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -140,10 +140,11 @@ class AutoMemoryLogView(APIView):
     )
     def get(self, request: Request) -> Response:
         filters = validated(s.AutoMemoryLogFilterInput, request.query_params)
+        # The row's project comes with it; the task row itself (its result) is never read.
         queryset: QuerySet = (
             selectors.auto_memory_log_list(user=request.user)
             .filter(**filters)
-            .select_related("task")
+            .annotate(project_id=F("task__project_id"))
         )
         return paginated_response(request, self, queryset, s.AutoMemoryLogSerializer)
 

@@ -1,6 +1,8 @@
 """Auto memory's own tables: per-user settings, per-task flags, the extraction log, the
-sweep's state and drafts, and feedback on memories."""
+sweep's state and drafts, feedback on memories, their embeddings and daily injection
+counts, and tasks' texts as others read them."""
 
+from automemory.models.embeddings import MemoryEmbedding  # noqa: F401
 from automemory.models.feedback import (  # noqa: F401
     OPEN_PERSON_REPORT,
     FeedbackKind,
@@ -12,6 +14,7 @@ from automemory.models.feedback import (  # noqa: F401
 from automemory.models.flags import (  # noqa: F401
     TaskAutoMemoryFlags,
 )
+from automemory.models.injections import MemoryInjectionDay  # noqa: F401
 from automemory.models.log import (  # noqa: F401
     MAX_ERROR_ATTEMPTS,
     RETRY_CONDITION,
@@ -42,3 +45,4 @@ from automemory.models.sweep import (  # noqa: F401
     ExtractionDraft,
     SweepState,
 )
+from automemory.models.transcripts import TaskTextCleaned  # noqa: F401

@@ -11,13 +11,14 @@ warning and the task runs without memories.
 
 import logging
 from dataclasses import dataclass, field
+from datetime import date
 
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from automemory import metrics, ranking
-from automemory.models import AutoMemorySettings, TaskAutoMemoryFlags
+from automemory.models import AutoMemorySettings, MemoryInjectionDay, TaskAutoMemoryFlags
 from automemory.services.memory_block import FittedBlock, fit_memory_block
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint
@@ -174,18 +175,24 @@ def injection_plan(
     The one path of injection and of the preview: the ranked candidates of each scope
     (`ranking.memories_for_injection`), then the block that fits `injection_max_chars`.
     With `explain`, also what was left out and why: for the budget, ranked below a scope's
-    limit, reported, archived or awaiting approval (two more queries, never run by an
-    injection).
+    limit, reported, archived or awaiting approval, read by the same one ranked query.
     """
     query_text = f"{goal or ''}\n{prompt}"
     personal = personal_allowed(user_id=user_id, project_id=project_id, preferences=preferences)
-    user_candidates, project_candidates = ranking.memories_for_injection(
-        user_id=user_id,
-        project_id=project_id,
-        ranking=preferences.ranking,
-        query_text=query_text,
-        personal=personal,
-    )
+    common = {
+        "user_id": user_id,
+        "project_id": project_id,
+        "ranking": preferences.ranking,
+        "query_text": query_text,
+        "personal": personal,
+    }
+    explained = None
+    if explain:
+        explained = ranking.injection_candidates(**common, explain=PREVIEW_LEFT_OUT_PER_SCOPE)
+        user_candidates = explained.received[MemoryScope.USER]
+        project_candidates = explained.received[MemoryScope.PROJECT]
+    else:
+        user_candidates, project_candidates = ranking.memories_for_injection(**common)
     candidates = [
         PlannedMemory(memory, scope, rank, _score(memory))
         for scope, memories in (
@@ -202,8 +209,8 @@ def injection_plan(
     plan = InjectionPlan(
         preferences=preferences, fitted=fitted, candidates=candidates, personal=personal
     )
-    if explain:
-        plan.left_out = _left_out(plan, user_id=user_id, project_id=project_id, query=query_text)
+    if explained is not None:
+        plan.left_out = _left_out(plan, explained)
     return plan
 
 
@@ -228,7 +235,7 @@ def _score(memory: IdentityMemory) -> float | None:
     return None if score is None else round(-float(score), 6)
 
 
-def _left_out(plan: InjectionPlan, *, user_id: int, project_id: int, query: str) -> list[LeftOut]:
+def _left_out(plan: InjectionPlan, explained: ranking.InjectionCandidates) -> list[LeftOut]:
     """Why the memories a task would not receive are left out: the plan's candidates the
     budget had no room for, the receivable ones ranked below each scope's limit, and the
     best-ranked of those held or archived."""
@@ -238,28 +245,9 @@ def _left_out(plan: InjectionPlan, *, user_id: int, project_id: int, query: str)
         for item in plan.candidates
         if item.memory.pk not in chosen
     ]
-    limits = ranking.injection_limits()
-    if not plan.personal:
-        limits[MemoryScope.USER] = 0
-    extra = PREVIEW_LEFT_OUT_PER_SCOPE
-    common = {
-        "user_id": user_id,
-        "project_id": project_id,
-        "ranking": plan.preferences.ranking,
-        "query_text": query,
-    }
-    deeper = ranking.ranked_by_scope(
-        **common, limits={scope: limit + extra for scope, limit in limits.items() if limit}
-    )
-    for scope, memories in deeper.items():
-        below = memories[limits[scope] :] if limits[scope] else []
-        left += [LeftOut(m, scope, LeftOutReason.RANKED_BELOW) for m in below]
-    withheld = ranking.ranked_by_scope(
-        **common,
-        limits={scope: extra for scope, limit in limits.items() if limit},
-        condition=ranking.WITHHELD,
-    )
-    for scope, memories in withheld.items():
+    for scope, memories in explained.below.items():
+        left += [LeftOut(m, scope, LeftOutReason.RANKED_BELOW) for m in memories]
+    for scope, memories in explained.withheld.items():
         left += [LeftOut(m, scope, _withheld_reason(m)) for m in memories]
     return left
 
@@ -404,6 +392,24 @@ def _injection_record(*, task: Task, fitted: FittedBlock, actor_label: str) -> N
             },
         )
         # A plain UPDATE: `updated_at` (the memory's edit time) does not move.
+        now = timezone.now()
         IdentityMemory.objects.filter(pk__in=memory_ids).update(
-            injection_count=F("injection_count") + 1, last_injected_at=timezone.now()
+            injection_count=F("injection_count") + 1, last_injected_at=now
         )
+        injection_days_record(memory_ids=memory_ids, day=timezone.localdate(now))
+
+
+def injection_days_record(*, memory_ids: list[int], day: date) -> None:
+    """Count one more task that received each of `memory_ids` on `day` (one statement; the
+    memory-health page sums these counts)."""
+    distinct = list(dict.fromkeys(memory_ids))
+    if not distinct:
+        return
+    table_name = table(MemoryInjectionDay)
+    rows = ", ".join(["(%s, %s, 1)"] * len(distinct))
+    sql = (
+        f"INSERT INTO {table_name} (memory_id, day, tasks) VALUES {rows}"
+        f" ON CONFLICT (memory_id, day) DO UPDATE SET tasks = {table_name}.tasks + 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for pk in distinct for value in (pk, day)])

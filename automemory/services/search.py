@@ -140,7 +140,7 @@ def match_sql(terms: list[str], vendor: str) -> MatchSql:
     """How to find and score memories matching `terms` (non-empty) on `vendor`."""
     if vendor == "sqlite":
         return MatchSql(
-            from_sql=f"{FTS_TABLE} JOIN identity_memories m ON m.id = {FTS_TABLE}.rowid",
+            from_sql=f"{FTS_TABLE} CROSS JOIN identity_memories m ON m.id = {FTS_TABLE}.rowid",
             condition=f"{FTS_TABLE} MATCH %s",
             score=f"bm25({FTS_TABLE})",
             params=(fts5_match_expression(terms),),

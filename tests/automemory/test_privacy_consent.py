@@ -10,13 +10,15 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-from automemory.models import AutoMemoryLog
+from automemory.models import AutoMemoryLog, TaskTextCleaned
 from automemory.ranking import memories_search
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.transcripts import PRIVATE_NOTE_REMOVED
-from controlplane.models import IdentityMemory, Membership, MemoryStatus, TaskStatus
+from controlplane.models import IdentityMemory, Membership, MemoryStatus, Task, TaskStatus
 from controlplane.textnorm import text_as_read
 from tests.automemory.fake_openai import answer
 from worker.executors import ExecutionResult
@@ -276,6 +278,43 @@ def test_others_read_the_result_without_the_quoted_private_note(
     client.force_login(user_for_role[role])
     page = client.get(f"/console/tasks/{task.pk}").content.decode()
     assert "job hunting" not in page and "Initech" not in page
+
+
+def test_the_cleaned_result_is_kept_and_made_again_when_its_inputs_change(
+    settings, project, alice, bob, alice_private, task_factory, api_client_for
+):
+    task = run(project, alice, task_factory, ANSWERS["quote"])
+    client = api_client_for(bob)
+
+    def read() -> tuple[str, int]:
+        with CaptureQueriesContext(connection) as queries:
+            text = client.get(f"/tasks/{task.pk}").json()["result_text"]
+        return text, len(queries)
+
+    first, cleaning = read()
+    kept = TaskTextCleaned.objects.get(task=task)
+    assert kept.turn == 1 and kept.text == first and "Initech" not in first
+    again, reading = read()
+    assert again == first and TaskTextCleaned.objects.filter(task=task).count() == 1
+    assert reading < cleaning  # kept: read, not written again
+
+    # The text changes within the turn (a resume finished it again): cleaned anew.
+    Task.objects.filter(pk=task.pk).update(result_text=f"Resumed. You told me: {PRIVATE}")
+    resumed, _ = read()
+    assert resumed.startswith("Resumed.") and "Initech" not in resumed
+    assert PRIVATE_NOTE_REMOVED in resumed
+
+    # Another key hashes the fingerprints: cleaned anew, never served from the old entry.
+    settings.SECRET_KEY = "another-key-" + "x" * 40
+    rekeyed, _ = read()
+    assert "Resumed." in rekeyed and TaskTextCleaned.objects.filter(task=task).count() == 3
+
+    # The next turn's text: its entry replaces the earlier turns'.
+    Task.objects.filter(pk=task.pk).update(turn=2, result_text="Turn two: all clean.")
+    assert read()[0] == "Turn two: all clean."
+    assert list(TaskTextCleaned.objects.filter(task=task).values_list("turn", "text")) == [
+        (2, None)
+    ]
 
 
 INVISIBLE = {

@@ -196,7 +196,7 @@ def test_every_documented_metric_is_in_the_scrape_and_every_one_there_is_documen
     client.get("/healthz")  # request metrics exist once a request was answered
     families = {family.name for family in text_string_to_metric_families(scrape(client))}
     documented = documented_metrics()
-    assert len(documented) == 24
+    assert len(documented) == 27
     # The parser names a counter family without its `_total` suffix.
     scraped = {
         name for name in families if name.startswith(("controlplane_", "worker_", "automemory_"))

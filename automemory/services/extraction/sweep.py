@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from automemory import conf, metrics
 from automemory.models import Outcome, Reason, SweepState
-from automemory.services import retention
+from automemory.services import retention, vectors
 from automemory.services.extraction.candidates import (
     Candidate,
     CandidateRead,
@@ -132,11 +132,15 @@ class GlobalSweeper:
 
     def run(self, *, wait: float = 0) -> SweepSummary | None:
         """One turn of a worker's sweeper: the sweep (waiting up to `wait` seconds for the
-        lease), then the retention pass when due (at most once per
+        lease), the embedding pass (memories written or edited since get their vectors),
+        then the retention pass when due (at most once per
         `AUTOMEMORY_RETENTION_INTERVAL_SECONDS`; a failed pass also waits)."""
         summary = self.sweep(wait=wait)
         if summary is None or not self.lease.held:
             return summary
+        embedded = vectors.embeddings_refresh()
+        if embedded.embedded:
+            logger.info("embedded %s memories in %.2f s", embedded.embedded, embedded.seconds)
         if time.monotonic() >= self._retention_due_at:
             self._retention_due_at = time.monotonic() + retention.retention_interval_seconds()
             retention.memories_archive_unused(now=timezone.now())  # logs what it archived
