@@ -14,14 +14,16 @@ from tests.automemory.fake_openai import answer, http_error
 MODEL = "local-model"
 GOOD = {
     "worth_remembering": True,
+    "kind": "gotcha",
     "memory": "The API tests need Redis on 127.0.0.1:6379; `.ci/run` starts it when it is down.",
     "keywords": ["redis", "tests"],
     "reason": "an environment requirement",
 }
 # What llama-cpp-python's server answers a `json_schema` response format with (HTTP 500).
 LLAMA_CPP_PYTHON_REFUSAL = (
-    "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should "
-    "be 'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]"
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', "
+    "'type'), 'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}"
 )
 # What OpenAI answers a temperature its reasoning models do not take with (HTTP 400).
 OPENAI_TEMPERATURE_REFUSAL = (
