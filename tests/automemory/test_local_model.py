@@ -256,7 +256,7 @@ def test_the_local_model_recognises_a_duplicate_when_consolidating(
     )
     # Known already (noop), merged (update) or replacing it (supersede): never a second
     # active memory saying the same, and the fact itself never lost.
-    assert log.reason in ("noop", "merged", "superseded"), (log.reason, log.detail)
+    assert log.reason in ("already_known", "merged", "superseded"), (log.reason, log.detail)
     assert active.count() == 1
     assert all("6379" in memory.content for memory in active)
     assert UsageRecord.objects.filter(kind="memory_consolidation", task=again).exists()
