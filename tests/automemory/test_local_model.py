@@ -176,8 +176,10 @@ def test_the_local_model_extracts_a_gotcha_and_a_preference_and_skips_noise(
 
 
 def test_a_secret_in_the_transcript_reaches_neither_the_model_nor_the_memory(
-    local_model, modelled, completed, alice, monkeypatch
+    local_model, modelled, completed, alice, monkeypatch, settings
 ):
+    # Asked in the grammar form: llama.cpp parses the schema's GBNF and holds the answer to it.
+    settings.AUTOMEMORY_MODEL_SCHEMA_MODE = "grammar"
     sent = []
     real_messages = extraction_model.extraction_messages
 
