@@ -237,7 +237,9 @@ def memory_consolidation_decide(
 
 # Names a memory cannot lose in a merge: `code spans`, and words holding a digit or one of
 # _ . / : = (commands' arguments, files, settings, ports, versions).
-_NAME = re.compile(r"`[^`\n]{1,80}`|[\w$-]*[\d_./:=][\w$./:=-]*\w")
+# A dot continues a name only before a lower-case letter or a digit ("docs/a.md.Then" is
+# "docs/a.md").
+_NAME = re.compile(r"`[^`\n]{1,80}`|[\w$-]+[\d_./:=](?:[\w$/:=-]|\.(?=[a-z0-9]))*\w")
 
 
 def merge_losses(new: str, merged: str) -> list[str]:
