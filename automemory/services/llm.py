@@ -1,8 +1,8 @@
 """The model client of auto memory: one JSON-schema call to an OpenAI-compatible server.
 
 `model_json_call` is what extraction and consolidation use. It checks the user's monthly
-memory budget, makes a Chat Completions call with a strict `json_schema` response format
-through the official `openai` SDK, writes one usage-ledger row per HTTP call that returned
+memory budget, makes a Chat Completions call asking for a JSON answer of a schema, in the
+form the server takes (`model_requests`), through the official `openai` SDK, writes one usage-ledger row per HTTP call that returned
 usage (priced with `AUTOMEMORY_MODEL_PRICES`), validates the answer against the schema,
 repairs once, and turns every failure into one of three exceptions the sweep knows how to
 log: `ModelUnavailable` (transient), `ModelOutputInvalid` (an error) and
@@ -208,7 +208,8 @@ def model_json_call(
 ) -> dict:
     """Ask `model` for a JSON object matching `schema`; return it.
 
-    Chat Completions with `response_format` `json_schema` (strict). The user's monthly memory
+    Chat Completions with the schema in the form the server takes (`model_requests`: a
+    server that refuses every form raises `SchemaFormRefused`). The user's monthly memory
     budget is checked first (`MemoryBudgetExhausted`); each HTTP call takes one of the sweep's
     `calls` (`ModelCallCapReached` when none is left) and, when it returned usage, writes one
     ledger row of `kind` charged to `user` and `task`. An answer that does not parse or match
