@@ -334,6 +334,19 @@ def test_supersede_writes_the_new_memory_and_retires_the_named_ones(
     assert links_of(new) == [(similar_task.pk, False)]
 
 
+def test_a_supersede_naming_its_one_memory_in_memory_id_is_understood(
+    first_memory, consolidating, similar_task, alice
+):
+    # What a 1.5B model answers: the memory it replaces in `memory_id`, `memory_ids` empty.
+    consolidating.respond_with(decision("supersede", memory_id=first_memory.pk))
+
+    process_auto_memories(user=alice)
+
+    first_memory.refresh_from_db()
+    assert first_memory.status == MemoryStatus.SUPERSEDED
+    assert log_of(similar_task).reason == "superseded"
+
+
 def test_retracting_a_superseding_memory_brings_back_what_it_superseded(
     first_memory, consolidating, similar_task, alice
 ):

@@ -174,6 +174,9 @@ def decision_parse(payload: Any, *, candidate_ids: Sequence[int]) -> Decision:
             raise DecisionInvalid("update needs the merged text")
         return Decision(Action.UPDATE, memory_id=memory_id, text=cleaned, reason=reason)
     ids = payload.get("memory_ids")
+    if ids == [] and payload.get("memory_id") in shown:
+        # A small model names the one memory it supersedes in `memory_id`.
+        ids = [payload["memory_id"]]
     if not isinstance(ids, list) or not ids:
         raise DecisionInvalid("supersede needs the ids of memories shown")
     if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
