@@ -2,9 +2,9 @@
 
 `model_json_call` is what extraction and consolidation use. It checks the user's monthly
 memory budget, makes a Chat Completions call asking for a JSON answer of a schema, in the
-form the server takes (`model_requests`), through the official `openai` SDK, writes one usage-ledger row per HTTP call that returned
-usage (priced with `AUTOMEMORY_MODEL_PRICES`), validates the answer against the schema,
-repairs once, and turns every failure into one of three exceptions the sweep knows how to
+form the server takes (`model_requests`), through the official `openai` SDK, writes one
+usage-ledger row per HTTP call that returned usage (priced with `AUTOMEMORY_MODEL_PRICES`),
+validates the answer against the schema, repairs once, and turns every failure into one of three exceptions the sweep knows how to
 log: `ModelUnavailable` (transient), `ModelOutputInvalid` (an error) and
 `MemoryBudgetExhausted` (transient until next month). A sweep's cap on model calls is a
 `SweepModelCalls`; when it is used up the call raises `ModelCallCapReached` before any
