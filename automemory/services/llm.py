@@ -4,9 +4,10 @@
 memory budget, makes a Chat Completions call asking for a JSON answer of a schema, in the
 form the server takes (`model_requests`), through the official `openai` SDK, writes one
 usage-ledger row per HTTP call that returned usage (priced with `AUTOMEMORY_MODEL_PRICES`),
-validates the answer against the schema, repairs once, and turns every failure into one of three exceptions the sweep knows how to
-log: `ModelUnavailable` (transient), `ModelOutputInvalid` (an error) and
-`MemoryBudgetExhausted` (transient until next month). A sweep's cap on model calls is a
+validates the answer against the schema, repairs once, and turns every failure into one of
+the exceptions the sweep knows how to log: `ModelUnavailable` (transient),
+`ModelOutputInvalid` and `SchemaFormRefused` (errors) and `MemoryBudgetExhausted`
+(transient until next month). A sweep's cap on model calls is a
 `SweepModelCalls`; when it is used up the call raises `ModelCallCapReached` before any
 HTTP request, and the caller leaves the task for the next sweep.
 """
