@@ -102,6 +102,9 @@ def point_at(settings, server, *, timeout: float = 240.0) -> None:
     settings.AUTOMEMORY_MODEL_SCHEMA_MODE = "auto"
     settings.AUTOMEMORY_MODEL_TIMEOUT_SECONDS = timeout
     settings.AUTOMEMORY_MODEL_MAX_RETRIES = 0
+    # Greedy decoding: the same answer on every run of the same build, so a test that passes
+    # keeps passing (at 0.2 a third of the memories copy a transcript line now and then).
+    settings.AUTOMEMORY_MODEL_TEMPERATURE = 0
     settings.AUTOMEMORY_SWEEP_LEASE_SECONDS = 4000
     settings.AUTOMEMORY_MODEL_PRICES = {
         "default": {"input": "0", "output": "0"},
