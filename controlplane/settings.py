@@ -451,6 +451,8 @@ _AUTOMEMORY_MODEL_ENV = {
     "AUTOMEMORY_MODEL_TIMEOUT_SECONDS": env.float,
     "AUTOMEMORY_MODEL_MAX_RETRIES": env.int,
     "AUTOMEMORY_MODEL_CALLS_PER_SWEEP": env.int,
+    # The sweep lease must outlast a task's model calls: set with the timeout it follows.
+    "AUTOMEMORY_SWEEP_LEASE_SECONDS": env.int,
 }
 for _name, _read in _AUTOMEMORY_MODEL_ENV.items():
     if env.str(_name, default="") != "":

@@ -169,11 +169,13 @@ def test_the_memory_model_endpoint_key_schema_mode_and_temperature_come_from_the
         "import django, json; django.setup(); from automemory import conf; "
         "from automemory.services import llm; client = llm.model_client(); "
         "print(json.dumps({'base_url': str(client.base_url), 'api_key': client.api_key, "
-        "'mode': conf.get('MODEL_SCHEMA_MODE'), 'temperature': conf.get('MODEL_TEMPERATURE')}))",
+        "'mode': conf.get('MODEL_SCHEMA_MODE'), 'temperature': conf.get('MODEL_TEMPERATURE'), "
+        "'lease': conf.get('SWEEP_LEASE_SECONDS')}))",
         AUTOMEMORY_OPENAI_BASE_URL="http://127.0.0.1:8081/v1",
         AUTOMEMORY_OPENAI_API_KEY="memory-model-key",
         AUTOMEMORY_MODEL_SCHEMA_MODE="json_object_schema",
         AUTOMEMORY_MODEL_TEMPERATURE="0.4",
+        AUTOMEMORY_SWEEP_LEASE_SECONDS="1200",
         # The SDK's own variables (which agents may read) lose to the memory model's.
         OPENAI_BASE_URL="https://api.openai.com/v1",
         OPENAI_API_KEY="sk-agents-key",
@@ -185,6 +187,7 @@ def test_the_memory_model_endpoint_key_schema_mode_and_temperature_come_from_the
         "api_key": "memory-model-key",
         "mode": "json_object_schema",
         "temperature": 0.4,
+        "lease": 1200,
     }
 
 
