@@ -19,7 +19,7 @@ CODEX_VERSION := $(shell cat tests/worker/real_codex/codex-version)
 CODEX_DIR := .cache/codex-cli/$(CODEX_VERSION)
 CODEX_BIN := $(CODEX_DIR)/bin/codex
 
-.PHONY: run test setup lint codex-cli browser sandbox git pgvector
+.PHONY: run run-model model test setup lint codex-cli browser sandbox git pgvector
 
 # `make run` serves as a deployment does (DEBUG off, gunicorn, static files by whitenoise),
 # with a secret key generated once into var/ (an exported SECRET_KEY wins). ADDR=HOST:PORT.
@@ -35,11 +35,25 @@ run: setup sandbox git pgvector $(DEV_SECRET_KEY)
 	$(RUN_ENV) $(PY) manage.py demo_auto_memory --addrport $(ADDR)
 	$(RUN_ENV) $(PY) manage.py run_main --addrport $(ADDR)
 
+# The local memory model (docs/auto-memory.md, "Trying model extraction locally"): `make
+# model` builds the llama.cpp server once (several minutes; kept under .cache/) and fetches
+# the pinned weights (1.1 GB, hash checked); `make run-model` is `make run` with that model
+# extracting and consolidating the demo user's memories. The tests that use it skip without
+# it (in CI they fail).
+model: setup
+	$(PY) -m automemory.local_model install
+	$(PY) -m automemory.local_model fetch
+
+run-model: setup model sandbox git pgvector $(DEV_SECRET_KEY)
+	$(RUN_ENV) $(PY) manage.py migrate --noinput
+	$(RUN_ENV) $(PY) manage.py demo_setup
+	$(RUN_ENV) $(PY) manage.py run_with_local_model --addrport $(ADDR)
+
 $(DEV_SECRET_KEY):
 	mkdir -p $(@D)
 	umask 077 && $(PYTHON) -c 'import secrets; print(secrets.token_urlsafe(50))' > $@
 
-test: setup codex-cli browser sandbox git pgvector
+test: setup codex-cli browser sandbox git pgvector model
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The OS's Chromium for the console's browser tests (Playwright drives it; its own browser

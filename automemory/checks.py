@@ -6,6 +6,7 @@ from django.db import DatabaseError
 from django.utils.module_loading import import_string
 
 from automemory import conf
+from automemory.services.model_requests import SCHEMA_MODES
 from controlplane.pricing import PriceTable
 
 POSITIVE_INTEGERS = (
@@ -87,6 +88,28 @@ def automemory_settings_check(app_configs=None, **kwargs) -> list[Error]:
                 )
             )
     errors.extend(Error(problem, id="automemory.E007") for problem in lease_problems())
+    mode = conf.get("MODEL_SCHEMA_MODE")
+    if mode not in SCHEMA_MODES:
+        errors.append(
+            Error(
+                f"AUTOMEMORY_MODEL_SCHEMA_MODE must be one of {', '.join(SCHEMA_MODES)}, "
+                f"not {mode!r}.",
+                id="automemory.E008",
+            )
+        )
+    temperature = conf.get("MODEL_TEMPERATURE")
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not 0 <= temperature <= 2
+    ):
+        errors.append(
+            Error(
+                f"AUTOMEMORY_MODEL_TEMPERATURE must be a number from 0 to 2 (or unset), "
+                f"not {temperature!r}.",
+                id="automemory.E009",
+            )
+        )
     return errors
 
 

@@ -48,11 +48,18 @@ DEFAULTS: dict[str, Any] = {
     # compares a new memory with (0: no model call, every new memory is added).
     "CONSOLIDATION_CANDIDATES": 5,
     # --- Model-based extraction (docs/reference/settings.md, "Model-based extraction") ---
-    # The OpenAI-compatible endpoint. None: the SDK's own OPENAI_BASE_URL / OPENAI_API_KEY
-    # environment variables (and its default, api.openai.com). A local server that needs no
-    # key (Ollama, vLLM) is sent a placeholder key.
+    # The OpenAI-compatible endpoint (environment: AUTOMEMORY_OPENAI_BASE_URL and
+    # AUTOMEMORY_OPENAI_API_KEY, which the agents never get). None: the SDK's own
+    # OPENAI_BASE_URL / OPENAI_API_KEY (and its default, api.openai.com). A local server that
+    # needs no key (Ollama, vLLM, llama.cpp) is sent a placeholder key.
     "OPENAI_BASE_URL": None,
     "OPENAI_API_KEY": None,
+    # How the server takes a schema (automemory/services/model_requests.py): auto (found per
+    # server and model), json_schema, json_object_schema or grammar.
+    "MODEL_SCHEMA_MODE": "auto",
+    # The sampling temperature sent with every call (None: the server's default, 0.8 on
+    # llama.cpp servers). A server that refuses it is asked again without it.
+    "MODEL_TEMPERATURE": 0.2,
     # One HTTP call may take this long; the SDK retries a timeout, 429 or 5xx this many times
     # (with its own short back-off) before the task is skipped as `model_unavailable`.
     "MODEL_TIMEOUT_SECONDS": 30.0,

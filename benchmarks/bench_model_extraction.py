@@ -35,6 +35,7 @@ HISTORY = 20_000
 REPEATS = 7
 ANSWER = {
     "worth_remembering": True,
+    "kind": "fact",
     "memory": "Run `make test` for the suite; DATABASE_URL switches it to PostgreSQL.",
     "keywords": ["tests"],
     "reason": "a command",

@@ -482,12 +482,22 @@ WORKER_METRICS_ADDR = env.str("WORKER_METRICS_ADDR", default="0.0.0.0")
 # The model side is set from the environment when the variable is present (else the app
 # default): the price table as a JSON object of model -> {input, output[, cached_input]} USD
 # per 1M tokens with a "default" entry, the per-call timeout and SDK retries, and the most
-# model calls one sweep makes. `manage.py check` refuses a malformed price table.
+# model calls one sweep makes, how the server takes a schema (auto, json_schema,
+# json_object_schema, grammar) and the temperature. `manage.py check` refuses a malformed
+# price table, schema mode or temperature. The memory model's endpoint and key are
+# AUTOMEMORY_OPENAI_BASE_URL / AUTOMEMORY_OPENAI_API_KEY, apart from the SDK's OPENAI_*
+# (which the agents' allow-listed environment never carries either).
 _AUTOMEMORY_MODEL_ENV = {
+    "AUTOMEMORY_OPENAI_BASE_URL": env.str,
+    "AUTOMEMORY_OPENAI_API_KEY": env.str,
+    "AUTOMEMORY_MODEL_SCHEMA_MODE": env.str,
+    "AUTOMEMORY_MODEL_TEMPERATURE": env.float,
     "AUTOMEMORY_MODEL_PRICES": env.json,
     "AUTOMEMORY_MODEL_TIMEOUT_SECONDS": env.float,
     "AUTOMEMORY_MODEL_MAX_RETRIES": env.int,
     "AUTOMEMORY_MODEL_CALLS_PER_SWEEP": env.int,
+    # The sweep lease must outlast a task's model calls: set with the timeout it follows.
+    "AUTOMEMORY_SWEEP_LEASE_SECONDS": env.int,
 }
 for _name, _read in _AUTOMEMORY_MODEL_ENV.items():
     if env.str(_name, default="") != "":

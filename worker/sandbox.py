@@ -56,6 +56,8 @@ CONTROL_PLANE_SECRET_NAMES = frozenset(
         "SECRET_KEY",
         "DATABASE_URL",
         "CACHE_URL",
+        # The memory model's endpoint and key (a URL may carry a key as well).
+        "AUTOMEMORY_OPENAI_BASE_URL",
         "AUTOMEMORY_OPENAI_API_KEY",
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",

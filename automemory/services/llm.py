@@ -1,12 +1,13 @@
 """The model client of auto memory: one JSON-schema call to an OpenAI-compatible server.
 
 `model_json_call` is what extraction and consolidation use. It checks the user's monthly
-memory budget, makes a Chat Completions call with a strict `json_schema` response format
-through the official `openai` SDK, writes one usage-ledger row per HTTP call that returned
-usage (priced with `AUTOMEMORY_MODEL_PRICES`), validates the answer against the schema,
-repairs once, and turns every failure into one of three exceptions the sweep knows how to
-log: `ModelUnavailable` (transient), `ModelOutputInvalid` (an error) and
-`MemoryBudgetExhausted` (transient until next month). A sweep's cap on model calls is a
+memory budget, makes a Chat Completions call asking for a JSON answer of a schema, in the
+form the server takes (`model_requests`), through the official `openai` SDK, writes one
+usage-ledger row per HTTP call that returned usage (priced with `AUTOMEMORY_MODEL_PRICES`),
+validates the answer against the schema, repairs once, and turns every failure into one of
+the exceptions the sweep knows how to log: `ModelUnavailable` (transient),
+`ModelOutputInvalid` and `SchemaFormRefused` (errors) and `MemoryBudgetExhausted`
+(transient until next month). A sweep's cap on model calls is a
 `SweepModelCalls`; when it is used up the call raises `ModelCallCapReached` before any
 HTTP request, and the caller leaves the task for the next sweep.
 """
@@ -30,6 +31,16 @@ from django.utils import timezone
 
 from automemory import conf
 from automemory.models import AutoMemorySettings
+from automemory.services.model_requests import (
+    AUTO,
+    SchemaFormRefused,
+    ServerForms,
+    forms_to_try,
+    refuses_schema_form,
+    refuses_temperature,
+    request_fields,
+    server_forms,
+)
 from controlplane.models import UsageKind, UsageRecord
 from controlplane.months import month_start, next_month_start
 from controlplane.pricing import PriceTable
@@ -198,7 +209,8 @@ def model_json_call(
 ) -> dict:
     """Ask `model` for a JSON object matching `schema`; return it.
 
-    Chat Completions with `response_format` `json_schema` (strict). The user's monthly memory
+    Chat Completions with the schema in the form the server takes (`model_requests`: a
+    server that refuses every form raises `SchemaFormRefused`). The user's monthly memory
     budget is checked first (`MemoryBudgetExhausted`); each HTTP call takes one of the sweep's
     `calls` (`ModelCallCapReached` when none is left) and, when it returned usage, writes one
     ledger row of `kind` charged to `user` and `task`. An answer that does not parse or match
@@ -293,28 +305,73 @@ def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _
 
 
 def _request(*, model, messages, schema_name, schema):
-    """One Chat Completions request (with the SDK's bounded retries); failures translated."""
-    try:
-        return model_client().chat.completions.create(
-            model=model,
-            messages=messages,
-            response_format={
-                "type": "json_schema",
-                "json_schema": {"name": schema_name, "schema": schema, "strict": True},
-            },
-        )
-    except openai.APITimeoutError as exc:
-        raise ModelUnavailable("the model did not answer in time") from exc
-    except openai.APIConnectionError as exc:
-        raise ModelUnavailable("the model server could not be reached") from exc
-    except openai.APIStatusError as exc:
+    """One Chat Completions request in the schema form the server takes (with the SDK's
+    bounded retries); failures translated. See `model_requests` for the forms and how a
+    refused form or temperature is asked again."""
+    base_url, _ = _endpoint()
+    known = server_forms(base_url or "", model)
+    mode = conf.get("MODEL_SCHEMA_MODE")
+    forms = forms_to_try(mode, known)
+    refused: list[str] = []
+    for form in forms:
+        try:
+            fields = request_fields(form, schema_name=schema_name, schema=schema)
+            response = _create(model=model, messages=messages, known=known, fields=fields)
+        except openai.APIStatusError as exc:
+            if not refuses_schema_form(exc):
+                raise _translated(exc) from exc
+            refused.append(f"{form} (HTTP {exc.status_code})")
+            known.refused.add(form)
+            if known.schema_form == form:
+                known.schema_form = None
+            logger.warning(
+                "memory model %r at %s refused the %s schema form (HTTP %s)",
+                model, base_url or "the default endpoint", form, exc.status_code,
+            )  # fmt: skip
+            continue
+        except openai.OpenAIError as exc:
+            raise _translated(exc) from exc
+        if known.schema_form != form:
+            logger.info("memory model %r takes the %s schema form", model, form)
+            known.schema_form = form
+        return response
+    hint = (
+        "set AUTOMEMORY_MODEL_SCHEMA_MODE to auto or to another form"
+        if mode != AUTO
+        else "it takes none of the forms auto memory can ask in"
+    )
+    raise SchemaFormRefused(
+        f"the model server refused the schema form {', '.join(refused)}: {hint}"
+    )
+
+
+def _create(*, model, messages, known: ServerForms, fields: dict):
+    """The SDK call; a refused temperature is dropped (and remembered) and the call repeated."""
+    temperature = conf.get("MODEL_TEMPERATURE")
+    if temperature is not None and known.temperature:
+        try:
+            return model_client().chat.completions.create(
+                model=model, messages=messages, temperature=float(temperature), **fields
+            )
+        except openai.APIStatusError as exc:
+            if not refuses_temperature(exc) or refuses_schema_form(exc):
+                raise
+            logger.info("memory model %r takes no temperature: asked without it", model)
+            known.temperature = False
+    return model_client().chat.completions.create(model=model, messages=messages, **fields)
+
+
+def _translated(exc: openai.OpenAIError) -> Exception:
+    """The model client's exception for an SDK failure."""
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelUnavailable("the model did not answer in time")
+    if isinstance(exc, openai.APIConnectionError):
+        return ModelUnavailable("the model server could not be reached")
+    if isinstance(exc, openai.APIStatusError):
         if exc.status_code in _REQUEST_REJECTED_STATUSES:
-            raise RuntimeError(
-                f"the model server rejected the request (HTTP {exc.status_code})"
-            ) from exc
-        raise ModelUnavailable(f"the model server answered HTTP {exc.status_code}") from exc
-    except openai.OpenAIError as exc:
-        raise ModelUnavailable(f"the model call failed ({type(exc).__name__})") from exc
+            return RuntimeError(f"the model server rejected the request (HTTP {exc.status_code})")
+        return ModelUnavailable(f"the model server answered HTTP {exc.status_code}")
+    return ModelUnavailable(f"the model call failed ({type(exc).__name__})")
 
 
 def _answer_text(response) -> str:

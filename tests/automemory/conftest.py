@@ -5,8 +5,10 @@ import pytest
 def fake_openai(settings):
     """A fake OpenAI-compatible server on 127.0.0.1 (tests/automemory/fake_openai.py) that
     auto memory's model client talks to, with a 2 s timeout and no SDK retries."""
+    from automemory.services.model_requests import server_forms_forget
     from tests.automemory.fake_openai import FakeOpenAI
 
+    server_forms_forget()
     server = FakeOpenAI().start()
     settings.AUTOMEMORY_OPENAI_BASE_URL = server.base_url
     settings.AUTOMEMORY_OPENAI_API_KEY = "test-key"

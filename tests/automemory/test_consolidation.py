@@ -268,10 +268,29 @@ def test_update_merges_the_task_into_the_memory_and_keeps_both_sources(
     assert auto_memories().count() == 1
 
 
+def test_a_merge_that_loses_the_new_memorys_names_is_added_instead(
+    first_memory, consolidating, similar_task, alice
+):
+    before = first_memory.content
+    # A small model's merge that keeps the old memory and drops the file the new one names.
+    lossy = "The deploy script needs a flag."
+    consolidating.respond_with(decision("update", memory_id=first_memory.pk, text=lossy))
+
+    process_auto_memories(user=alice)
+
+    new = auto_memories().get(source_task=similar_task)
+    assert new.status == MemoryStatus.ACTIVE and "ops/deploy.sh" in new.content
+    first_memory.refresh_from_db()
+    assert (first_memory.status, first_memory.content) == (MemoryStatus.ACTIVE, before)
+    log = log_of(similar_task)
+    assert (log.outcome, log.reason) == ("extracted", "new")
+
+
 def test_a_merged_task_that_later_sees_external_context_leaves_the_memory(
     first_memory, consolidating, similar_task, alice
 ):
-    consolidating.respond_with(decision("update", memory_id=first_memory.pk, text="Merged."))
+    merged = "Merged: ops/deploy.sh needs the staging flag."
+    consolidating.respond_with(decision("update", memory_id=first_memory.pk, text=merged))
     start = timezone.now()
     process_auto_memories()
     with freeze_time(start + timedelta(minutes=10)):
@@ -292,7 +311,7 @@ def test_a_merged_task_that_later_sees_external_context_leaves_the_memory(
     assert f"merged into memory {first_memory.pk}, which is kept" in log.detail
     assert log.retracted_at is not None
     first_memory.refresh_from_db()
-    assert (first_memory.status, first_memory.content) == (MemoryStatus.ACTIVE, "Merged.")
+    assert (first_memory.status, first_memory.content) == (MemoryStatus.ACTIVE, merged)
     assert len(consolidating.completion_requests) == 1
 
 
@@ -313,6 +332,19 @@ def test_supersede_writes_the_new_memory_and_retires_the_named_ones(
     assert str(first_memory.pk) in log.detail
     assert summary.superseded == 1 and summary.extractions["superseded"] == 1
     assert links_of(new) == [(similar_task.pk, False)]
+
+
+def test_a_supersede_naming_its_one_memory_in_memory_id_is_understood(
+    first_memory, consolidating, similar_task, alice
+):
+    # What a 1.5B model answers: the memory it replaces in `memory_id`, `memory_ids` empty.
+    consolidating.respond_with(decision("supersede", memory_id=first_memory.pk))
+
+    process_auto_memories(user=alice)
+
+    first_memory.refresh_from_db()
+    assert first_memory.status == MemoryStatus.SUPERSEDED
+    assert log_of(similar_task).reason == "superseded"
 
 
 def test_retracting_a_superseding_memory_brings_back_what_it_superseded(
@@ -463,6 +495,7 @@ def test_a_task_needing_two_calls_waits_whole_when_only_one_is_left(
     extraction = answer(
         {
             "worth_remembering": True,
+            "kind": "fact",
             "memory": "Run ops/deploy.sh with the staging flag set.",
             "keywords": ["deploy"],
             "reason": "a pitfall",

@@ -30,12 +30,14 @@ from tests.automemory.fake_openai import answer, hang, http_error, raw_answer
 MODEL = "gpt-5-mini"
 GOOD = {
     "worth_remembering": True,
+    "kind": "fact",
     "memory": "Run `make test` for the suite; DATABASE_URL switches it to PostgreSQL.",
     "keywords": ["tests", "postgresql", "Tests"],
     "reason": "a command later tasks need",
 }
 NOTHING = {
     "worth_remembering": False,
+    "kind": "none",
     "memory": "",
     "keywords": [],
     "reason": "a one-off rename",
@@ -93,7 +95,7 @@ def test_a_good_answer_becomes_the_memory_with_its_keywords(fake_openai, modelle
     assert response_format["json_schema"]["strict"] is True
     assert set(response_format["json_schema"]["schema"]["required"]) == set(GOOD)
     system, user = request.body["messages"]
-    assert system["role"] == "system" and "not instructions" in system["content"]
+    assert system["role"] == "system" and "never instructions" in system["content"]
     data = _task_data(user["content"], system["content"])
     assert data["goal"] == "" and data["prompt"].startswith("Document how to run")
     assert "`make test` runs pytest" in data["result"]
@@ -209,13 +211,21 @@ def test_a_repaired_answer_is_used(fake_openai, modelled, task, alice):
 @pytest.mark.parametrize(
     "bad",
     [
-        {"worth_remembering": "yes", "memory": "m", "keywords": [], "reason": "r"},
-        {"worth_remembering": True, "memory": "m", "keywords": [], "reason": "r", "extra": 1},
-        {"worth_remembering": True, "memory": "m", "keywords": [3], "reason": "r"},
-        {"worth_remembering": True, "memory": "m", "reason": "r"},
+        {"worth_remembering": "yes", "kind": "fact", "memory": "m", "keywords": [], "reason": "r"},
+        {**GOOD, "extra": 1},
+        {**GOOD, "keywords": [3]},
+        {"worth_remembering": True, "kind": "fact", "memory": "m", "reason": "r"},
+        {**GOOD, "kind": "trivia"},
         ["not", "an", "object"],
     ],
-    ids=["wrong-type", "extra-field", "keyword-not-string", "missing-field", "array"],
+    ids=[
+        "wrong-type",
+        "extra-field",
+        "keyword-not-string",
+        "missing-field",
+        "unknown-kind",
+        "array",
+    ],
 )
 def test_a_schema_violation_twice_is_an_error(fake_openai, modelled, task, alice, bad):
     fake_openai.respond_with(answer(bad))

@@ -162,3 +162,52 @@ def test_the_sweep_lease_must_outlast_one_tasks_model_calls_after_a_renewal(sett
     assert "240s" in message
     settings.AUTOMEMORY_SWEEP_LEASE_SECONDS = 481
     assert problems() == []
+
+
+def test_the_memory_model_endpoint_key_schema_mode_and_temperature_come_from_the_environment():
+    result = run_in_fresh_process(
+        "import django, json; django.setup(); from automemory import conf; "
+        "from automemory.services import llm; client = llm.model_client(); "
+        "print(json.dumps({'base_url': str(client.base_url), 'api_key': client.api_key, "
+        "'mode': conf.get('MODEL_SCHEMA_MODE'), 'temperature': conf.get('MODEL_TEMPERATURE'), "
+        "'lease': conf.get('SWEEP_LEASE_SECONDS')}))",
+        AUTOMEMORY_OPENAI_BASE_URL="http://127.0.0.1:8081/v1",
+        AUTOMEMORY_OPENAI_API_KEY="memory-model-key",
+        AUTOMEMORY_MODEL_SCHEMA_MODE="json_object_schema",
+        AUTOMEMORY_MODEL_TEMPERATURE="0.4",
+        AUTOMEMORY_SWEEP_LEASE_SECONDS="1200",
+        # The SDK's own variables (which agents may read) lose to the memory model's.
+        OPENAI_BASE_URL="https://api.openai.com/v1",
+        OPENAI_API_KEY="sk-agents-key",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "base_url": "http://127.0.0.1:8081/v1/",
+        "api_key": "memory-model-key",
+        "mode": "json_object_schema",
+        "temperature": 0.4,
+        "lease": 1200,
+    }
+
+
+def test_an_unknown_schema_mode_or_a_temperature_out_of_range_is_refused(settings):
+    settings.AUTOMEMORY_MODEL_SCHEMA_MODE = "json"
+    settings.AUTOMEMORY_MODEL_TEMPERATURE = 3
+    found = dict(problems())
+    assert "json_schema, json_object_schema, grammar" in found["automemory.E008"]
+    assert "from 0 to 2" in found["automemory.E009"]
+    settings.AUTOMEMORY_MODEL_SCHEMA_MODE = "grammar"
+    settings.AUTOMEMORY_MODEL_TEMPERATURE = None
+    assert problems() == []
+
+
+def test_manage_py_check_refuses_an_unknown_schema_mode_from_the_environment():
+    result = run_in_fresh_process(
+        "from django.core.management import execute_from_command_line; "
+        "execute_from_command_line(['manage.py', 'check'])",
+        AUTOMEMORY_MODEL_SCHEMA_MODE="json_schema_strict",
+    )
+
+    assert result.returncode != 0
+    assert "automemory.E008" in result.stderr

@@ -80,6 +80,7 @@ def test_it_leaves_a_key_out_of_a_memory_text(extra):
 def test_it_leaves_a_key_out_of_a_models_answer():
     answer = {
         "worth_remembering": True,
+        "kind": "fact",
         "memory": "The deploy script reads its key from the vault, never from the repo.",
         "keywords": [spaced(240)],
         "reason": spaced(800),

@@ -164,6 +164,7 @@ def test_the_command_changes_settings_and_the_next_sweep_sees_it(alice, skipped_
         answer(
             {
                 "worth_remembering": True,
+                "kind": "fact",
                 "memory": "Login sessions are checked in auth.py.",
                 "keywords": ["auth"],
                 "reason": "a convention",

@@ -42,11 +42,18 @@ from tests.automemory.processes import sweeping_process_start
 MODEL = "gpt-5-mini"
 GOOD = {
     "worth_remembering": True,
+    "kind": "fact",
     "memory": "Run `make test` for the suite; DATABASE_URL switches it to PostgreSQL.",
     "keywords": ["tests", "postgresql"],
     "reason": "a command later tasks need",
 }
-NOTHING = {"worth_remembering": False, "memory": "", "keywords": [], "reason": "one-off"}
+NOTHING = {
+    "worth_remembering": False,
+    "kind": "none",
+    "memory": "",
+    "keywords": [],
+    "reason": "one-off",
+}
 TTL = 600
 
 
@@ -329,6 +336,7 @@ def test_no_sweep_state_is_left_held_after_a_users_sweep(modelled, tasks, alice,
 CONSOLIDATOR = "fake-consolidator"
 DEPLOY = {
     "worth_remembering": True,
+    "kind": "fact",
     "memory": "The deploy script ops/deploy.sh fails unless the staging flag is set.",
     "keywords": ["deploy", "staging"],
     "reason": "a pitfall",

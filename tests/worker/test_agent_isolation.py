@@ -110,7 +110,14 @@ def hostile_setup(
     settings.WORKER_TASK_ROOT = str(task_root)
     targets = Targets(tmp_path, task_root)
     # The worker's environment holds the control plane's secrets (here: the canary).
-    for name in ("SECRET_KEY", "CACHE_URL", "AWS_SECRET_ACCESS_KEY", "SOME_OPERATOR_SETTING"):
+    for name in (
+        "SECRET_KEY",
+        "CACHE_URL",
+        "AWS_SECRET_ACCESS_KEY",
+        "AUTOMEMORY_OPENAI_BASE_URL",
+        "AUTOMEMORY_OPENAI_API_KEY",
+        "SOME_OPERATOR_SETTING",
+    ):
         monkeypatch.setenv(name, f"{name}-{targets.canary}")
     # A process of the host started with a secret in its environment, as the worker was.
     holder = subprocess.Popen(["sleep", "120"], env={"SECRET_KEY": targets.canary})
@@ -150,9 +157,14 @@ def test_a_hijacked_command_agent_reaches_nothing_of_the_control_plane(
     )
 
     assert not report["canary_in_env"]
-    assert not {"SECRET_KEY", "DATABASE_URL", "CACHE_URL", "SOME_OPERATOR_SETTING"} & set(
-        report["env_names"]
-    )
+    assert not {
+        "SECRET_KEY",
+        "DATABASE_URL",
+        "CACHE_URL",
+        "AUTOMEMORY_OPENAI_BASE_URL",
+        "AUTOMEMORY_OPENAI_API_KEY",
+        "SOME_OPERATOR_SETTING",
+    } & set(report["env_names"])
     assert report["proc_environ_hits"] == []
     assert report["readable"] == dict.fromkeys(targets.paths, False)
     assert report["sqlite_opened"] == []
@@ -172,7 +184,12 @@ def test_an_operator_hands_an_agent_the_names_it_needs_and_nothing_else(
 ):
     bwrap_or_skip()
     settings.WORKER_SANDBOX = "bwrap"
-    settings.WORKER_AGENT_ENV = ["SOME_OPERATOR_SETTING", "SECRET_KEY"]
+    settings.WORKER_AGENT_ENV = [
+        "SOME_OPERATOR_SETTING",
+        "SECRET_KEY",
+        "AUTOMEMORY_OPENAI_BASE_URL",
+        "AUTOMEMORY_OPENAI_API_KEY",
+    ]
     targets, _memory, server = hostile_setup
 
     report = run_hostile_task(
@@ -180,8 +197,12 @@ def test_an_operator_hands_an_agent_the_names_it_needs_and_nothing_else(
     )
 
     assert "SOME_OPERATOR_SETTING" in report["env_names"]
-    # a control-plane secret's name never passes, even listed
-    assert "SECRET_KEY" not in report["env_names"]
+    # a control-plane secret's name never passes, even listed: nor the memory model's
+    assert not {
+        "SECRET_KEY",
+        "AUTOMEMORY_OPENAI_BASE_URL",
+        "AUTOMEMORY_OPENAI_API_KEY",
+    } & set(report["env_names"])
     assert {"PATH", "HOME", "TMPDIR", "CONTROLPLANE_TASK_ID", "CONTROLPLANE_MEMORY_TOKEN"} <= set(
         report["env_names"]
     )

@@ -22,12 +22,14 @@ class MemoryDraft:
     before it is written); `keywords` come from the extraction model (none from the
     deterministic strategy); `note` is a line for the task's log detail (the deterministic
     text was written because the model was away, the extraction was kept from an earlier
-    sweep).
+    sweep); `kind` is the extraction model's kind of fact (`model.KINDS`; "" when not
+    known: the memory table does not keep it).
     """
 
     content: str
     keywords: list[str] = field(default_factory=list)
     note: str = ""
+    kind: str = ""
 
 
 class NoDurableSignal(Exception):
