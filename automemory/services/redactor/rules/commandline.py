@@ -12,6 +12,7 @@ import re
 from automemory.services.redactor.base import (
     Rule,
     fake,
+    in_url_path,
     is_placeholder,
     line_before,
     looks_random,
@@ -283,6 +284,27 @@ def _prose_password_ok(m: re.Match[str], value: str, text: str) -> bool:
     return looks_random(value)
 
 
+_PROSE_SECRET_RE = rx(
+    r"""(?<![A-Za-z0-9_.-])(?:pass(?:word|wd|phrase)|pwd|secret(?:[ \t]key)?|token|api[ \t]key
+        |access[ \t]key|credentials?)
+    (?:[ \t]{1,4}(?:is|was|of|for[ \t]{1,4}[A-Za-z0-9_.-]{1,40}[ \t]{1,4}is))?
+    [ \t]{1,4}["'`]?
+    (?P<secret>[A-Za-z0-9!#%&*+^@~][^\s"'`,;]{9,255}?)(?=[.!?)\]]{0,4}(?:\s|$|["'`,;]))""",
+    re.IGNORECASE,
+)
+
+
+def _prose_secret_ok(m: re.Match[str], value: str, text: str) -> bool:
+    """A secret word followed by a value of a generated secret's shape, with or without a
+    verb: "with secret wJalr…", "use the password hunter2hunter2", "the token is …"."""
+    if is_placeholder(value) or "://" in value or in_url_path(text, *m.span("secret")):
+        return False
+    low = value.lower()
+    if "1password" in low or low.endswith(_PROSE_NOT_SECRET_SUFFIXES):
+        return False
+    return looks_random(value.rstrip(".!?"))
+
+
 PROSE_RULES: tuple[Rule, ...] = (
     Rule(
         "prose-password",
@@ -323,6 +345,41 @@ PROSE_RULES: tuple[Rule, ...] = (
             "the password's hash is compared in constant time",
             "password is not set in CI",
             "the password was rotated yesterday",
+        ),
+    ),
+    Rule(
+        "prose-secret",
+        "secret stated in prose",
+        "a secret word (password, secret, token, API key, access key, credentials) followed "
+        "by a value of a generated secret's shape (letters and digits, 10+ characters), "
+        "with or without 'is': 'with secret X', 'use the password X', 'the token for prod is X'",
+        (
+            *("password ", "passwd ", "passphrase ", "pwd ", "secret ", "secret key "),
+            *("token ", "api key ", "access key ", "credential ", "credentials "),
+        ),
+        _PROSE_SECRET_RE,
+        _prose_secret_ok,
+        (
+            "The AWS key id works with secret «wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY» here",
+            "use the password «hunter2hunter2» for staging",
+            "the secret is «Zx9kQ2mW8vR4tY7uP1sL3nB6cV5xE0aG», rotate it",
+            "the token for prod is «" + fake("b62", 32, 4) + "».",
+            "Set the API key «" + fake("b62", 40, 5) + "» in the dashboard",
+            "credentials «svc_deploy:" + fake("b62", 20, 6) + "» (do not share)",
+        ),
+        (
+            "the token bucket refills every second",
+            "use the password manager for staging",
+            "the secret key rotation runs nightly",
+            "the token endpoint /oauth2/token returns JSON",
+            "the access key id is printed by aws configure",
+            "credentials are read from ~/.aws/credentials",
+            "the token is ${GITHUB_TOKEN}",
+            "the api key is <your-api-key>",
+            "the password is sha256-hashed before storage",
+            "the secret lives in https://vault.example.com/v1/secret/data/app",
+            "a token of 128 bits",
+            "Token refresh happens in auth/session2fa.py",
         ),
     ),
 )
