@@ -8,14 +8,19 @@ class AutoMemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from automemory import checks  # noqa: F401  (registers the system checks)
+        from automemory.models import task_injected_ids
         from automemory.services.feedback import reports_close
         from automemory.services.text import manual_memory_secret_problem
         from automemory.services.transcripts import private_notes_removed
+        from controlplane.access import task_related_register
         from controlplane.services.memories import (
             memory_approved_hook_register,
             memory_content_check_register,
         )
-        from controlplane.services.tasks import task_text_filter_register
+        from controlplane.services.tasks import (
+            task_injected_ids_reader_register,
+            task_text_filter_register,
+        )
 
         # A hand-written memory is injected into every later task: no secrets in it.
         memory_content_check_register(manual_memory_secret_problem)
@@ -23,6 +28,9 @@ class AutoMemoryConfig(AppConfig):
         memory_approved_hook_register(reports_close)
         # What an agent quoted of its user's private memories is theirs alone to read.
         task_text_filter_register(private_notes_removed)
+        # The task API lists the memories injected into a task (kept in auto memory's row).
+        task_injected_ids_reader_register(task_injected_ids)
+        task_related_register("auto_memory_state")
 
         from django.db.backends.signals import connection_created
         from django.db.models.signals import post_migrate

@@ -26,6 +26,8 @@ from automemory.models import (
     MemoryInjectionDay,
     Reason,
     TaskMemoryShown,
+    TaskMemoryState,
+    task_injected_ids,
 )
 from controlplane.access import (
     held_for_others,
@@ -181,7 +183,7 @@ def task_page_get(*, user, task: Task) -> TaskPage:
         TaskFollowup.objects.filter(task=task).select_related("from_task").order_by("id")
     )
     runs = list(UsageRecord.objects.filter(task=task).order_by("id"))
-    ids = task.injected_ids
+    ids = task_injected_ids(task)
     visible = {m.pk: m for m in memories_visible_to(user).filter(pk__in=ids)} if ids else {}
     existing = (
         set(IdentityMemory.objects.filter(pk__in=ids).values_list("pk", flat=True))
@@ -307,13 +309,19 @@ class HistoryEntry:
 
 
 def _tasks_injected_with(memory_id: int) -> QuerySet[Task]:
-    """Tasks whose first turn received the memory (`injected_memory_ids` holds its id)."""
+    """Tasks whose first turn received the memory (their `TaskMemoryState`'s
+    `injected_memory_ids` holds its id)."""
     if connection.vendor == "postgresql":
-        return Task.objects.filter(injected_memory_ids__contains=[memory_id])
+        return Task.objects.filter(auto_memory_state__injected_memory_ids__contains=[memory_id])
     # SQLite (and the rest): the JSON list's members, one by one.
-    ids = f"{table(Task)}.{column(Task, 'injected_memory_ids')}"
+    state = table(TaskMemoryState)
+    ids = f"{state}.{column(TaskMemoryState, 'injected_memory_ids')}"
     return Task.objects.extra(
-        where=[f"EXISTS (SELECT 1 FROM json_each({ids}) WHERE json_each.value = %s)"],
+        where=[
+            f"EXISTS (SELECT 1 FROM {state}, json_each({ids})"
+            f" WHERE {state}.{column(TaskMemoryState, 'task')} = {table(Task)}.{column(Task, 'id')}"
+            " AND json_each.value = %s)"
+        ],
         params=[memory_id],
     )
 

@@ -54,8 +54,10 @@ class Scene:
     holding a memory tool key."""
 
     def __init__(self, name: str, size: int, rng: random.Random):
+        from django.utils import timezone
+
+        from automemory.services.task_keys import task_key_new, task_state_store
         from controlplane.models import IdentityMemory, Task
-        from controlplane.services.task_keys import task_key_new
 
         self.user = harness.user_create(
             name, use_memories=True, generate_memories=False, injection_ranking="relevant"
@@ -81,7 +83,10 @@ class Scene:
             user=self.user,
             prompt="benchmark",
             status="running",
-            memory_key_hash=minted.key_hash,
+            claimed_at=timezone.now(),
+        )
+        task_state_store(
+            task_id=self.task.pk, key_hash=minted.key_hash, claimed_at=self.task.claimed_at
         )
 
 
@@ -160,6 +165,7 @@ def bench_health() -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from automemory.models import TaskMemoryState
     from automemory.selectors import memory_health_get
     from automemory.services.injector import injection_days_record
     from controlplane.models import IdentityMemory, Task
@@ -185,15 +191,21 @@ def bench_health() -> None:
                     prompt="p",
                     status="completed",
                     started_at=now - timedelta(minutes=i % (8 * 7 * 24 * 60)),
-                    injected_memory_ids=ids[i % 95 : i % 95 + 5],
                 )
                 for i in range(count)
             ),
             batch_size=2000,
         )
-        for task in tasks:  # as each injection counts it
+        TaskMemoryState.objects.bulk_create(
+            (
+                TaskMemoryState(task=task, injected_memory_ids=ids[i % 95 : i % 95 + 5])
+                for i, task in enumerate(tasks)
+            ),
+            batch_size=2000,
+        )
+        for i, task in enumerate(tasks):  # as each injection counts it
             injection_days_record(
-                memory_ids=task.injected_memory_ids, day=timezone.localdate(task.started_at)
+                memory_ids=ids[i % 95 : i % 95 + 5], day=timezone.localdate(task.started_at)
             )
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
@@ -218,6 +230,7 @@ def bench_health() -> None:
 
 
 def bench_citations() -> None:
+    from automemory.models import TaskMemoryState
     from automemory.services.feedback import citations_parse, citations_record
     from controlplane.models import IdentityMemory, Task
 
@@ -244,8 +257,8 @@ def bench_citations() -> None:
             user=user,
             prompt="p",
             status="completed",
-            injected_memory_ids=[m.pk for m in memories],
         )
+        TaskMemoryState.objects.create(task=task, injected_memory_ids=[m.pk for m in memories])
         started = time.perf_counter()
         outcome = citations_record(task=task, result_text=with_line)
         times.append((time.perf_counter() - started) * 1000)

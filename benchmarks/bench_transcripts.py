@@ -20,7 +20,8 @@ FILLER = "The session check now compares expiry with the server clock before it 
 
 
 def seed(size: int):
-    from controlplane.models import IdentityMemory, MemoryScope, Task
+    from automemory.models import TaskMemoryState
+    from controlplane.models import IdentityMemory, MemoryScope
 
     owner = harness.user_create(f"owner{size}")
     member = harness.user_create(f"member{size}")
@@ -46,7 +47,7 @@ def seed(size: int):
     quoted = "\n".join(f"> {memory.content}" for memory in private + shared)
     body = (FILLER * (size // len(FILLER) + 1))[: max(0, size - len(quoted))]
     (task,) = harness.tasks_completed(project, owner, 1, result_text=quoted + "\n" + body)
-    Task.objects.filter(pk=task.pk).update(injected_memory_ids=[m.pk for m in private + shared])
+    TaskMemoryState.objects.create(task=task, injected_memory_ids=[m.pk for m in private + shared])
     return task, owner, member
 
 

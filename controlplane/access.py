@@ -123,9 +123,10 @@ def object_id_parse(value) -> int | None:
 
 
 def _with_role(model: type[Model], pk: int | None, *, user, related: tuple[str, ...] = ()):
-    """The `model` row with this primary key (None for none), its `related` foreign objects
-    loaded, and `access_role` set: the user's role in the row's project, None for a
-    non-member. The object and the access check in one statement.
+    """The `model` row with this primary key (None for none), its `related` objects loaded
+    (foreign keys, or reverse one-to-ones that may be missing), and `access_role` set: the
+    user's role in the row's project, None for a non-member. The object and the access check
+    in one statement.
 
     Every project and task request makes this lookup, and compiling the ORM's query for it
     cost several times running it, so the statement is written once per process (`rawsql`).
@@ -141,7 +142,11 @@ def _with_role(model: type[Model], pk: int | None, *, user, related: tuple[str, 
     targets = [model._meta.get_field(name).related_model for name in related]
     (found, *loaded), (role,) = instances_from_row((model, *targets), row)
     for name, instance in zip(related, loaded, strict=True):
-        setattr(found, name, instance)
+        field = model._meta.get_field(name)
+        if field.concrete:
+            setattr(found, name, instance)
+        else:  # a reverse one-to-one: no row reads as none (not as a lazy load)
+            field.set_cached_value(found, instance if instance.pk is not None else None)
     found.access_role = role
     return found
 
@@ -151,12 +156,19 @@ def _with_role_sql(model: type[Model], related: tuple[str, ...], vendor: str) ->
     columns = [select_list(model, "o")[0]]
     joins = []
     for number, name in enumerate(related):
-        target, alias = model._meta.get_field(name).related_model, f"r{number}"
+        field = model._meta.get_field(name)
+        target, alias = field.related_model, f"r{number}"
         columns.append(select_list(target, alias)[0])
-        joins.append(
-            f"JOIN {table(target)} {alias} "
-            f"ON {alias}.{qn(target._meta.pk.column)} = o.{column(model, name)}"
-        )
+        if field.concrete:
+            joins.append(
+                f"JOIN {table(target)} {alias} "
+                f"ON {alias}.{qn(target._meta.pk.column)} = o.{column(model, name)}"
+            )
+        else:  # a reverse one-to-one an app keeps: the row may be missing
+            joins.append(
+                f"LEFT JOIN {table(target)} {alias} "
+                f"ON {alias}.{qn(field.field.column)} = o.{qn(model._meta.pk.column)}"
+            )
     pk = f"o.{qn(model._meta.pk.column)}"
     project = pk if model is Project else f"o.{column(model, 'project')}"
     role = member_role_sql(project_id_sql=project, user_id_sql="%s")
@@ -200,10 +212,24 @@ def project_get_for(*, user, project_id, action: str = READ) -> Project:
     return project
 
 
+# One-to-one rows of a task that apps keep in their own tables and show with it (automemory:
+# its state of the task), read in the task's own statement. Apps register their relation's
+# name, so the host never imports them.
+_task_related: list[str] = []
+
+
+def task_related_register(name: str) -> None:
+    """Read the one-to-one relation `name` with every task `task_get_for` reads."""
+    if name not in _task_related:
+        _task_related.append(name)
+
+
 def task_get_for(*, user, task_id, action: str = READ) -> Task:
     """The task if the user may perform `action` on its project; 404 for non-members, 403 else."""
     # With its project and user: the task's pages show both.
-    task = _with_role(Task, object_id_parse(task_id), user=user, related=("project", "user"))
+    task = _with_role(
+        Task, object_id_parse(task_id), user=user, related=("project", "user", *_task_related)
+    )
     _check(task.access_role if task else None, action, "Task")
     if action == CONTINUE_TASK and task.user_id != user.pk:
         raise PermissionDenied(

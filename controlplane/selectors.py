@@ -51,7 +51,6 @@ TASK_LIST_DEFERRED = (
     "result_text",
     "failure_reason",
     "changed_files",
-    "injected_memory_ids",
 )
 
 

@@ -12,7 +12,7 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from automemory.models import AutoMemorySettings
+from automemory.models import AutoMemorySettings, TaskMemoryState
 from controlplane.models import (
     ApiToken,
     IdentityMemory,
@@ -161,6 +161,12 @@ def task_factory(db):
             fields.setdefault("started_at", finished - duration)
             if result_text is None:
                 result_text = "Done. " + "The fix changes the session check in auth.py. " * 10
+        # Auto memory's state of the task (its own table): the running turn's key hash
+        # (valid for the task's claim) and the memories injected into its first turn.
+        key_hash = fields.pop("memory_key_hash", "")
+        injected = fields.pop("injected_memory_ids", None)
+        if key_hash:
+            fields.setdefault("claimed_at", timezone.now())
         task = Task.objects.create(
             project=project,
             user=user,
@@ -170,6 +176,13 @@ def task_factory(db):
             queued_at=timezone.now(),
             **fields,
         )
+        if key_hash or injected:
+            TaskMemoryState.objects.create(
+                task=task,
+                memory_key_hash=key_hash,
+                key_claimed_at=task.claimed_at if key_hash else None,
+                injected_memory_ids=injected or [],
+            )
         return task
 
     return make

@@ -37,6 +37,7 @@ from automemory import conf as automemory_conf
 from automemory.services import feedback, injector
 from automemory.services.extraction.sweep import GlobalSweeper
 from automemory.services.injector import InjectionPreferences
+from automemory.services.task_keys import task_state_store
 from controlplane import selectors
 from controlplane.logging import log_context
 from controlplane.models import Task
@@ -305,6 +306,7 @@ class Worker:
         *,
         preferences: InjectionPreferences | None = None,
         memory_key: str = "",
+        unstored_key_hash: str = "",
     ) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector.
 
@@ -312,7 +314,9 @@ class Worker:
         (None when nothing is), so an executor whose agent reports thread-cumulative usage
         can bill this turn its own part only. `preferences`: the task's injection
         preferences as the claim read them (else the injector reads them). `memory_key`: the
-        memory tool key the claim minted for this turn.
+        memory tool key the claim minted for this turn; `unstored_key_hash`, its hash when the
+        claim did not store it (SQLite): the injection's transaction stores it with the
+        injected ids, else one upsert here does.
         """
         thread_usage = selectors.thread_usage_get(task_id=task.pk, thread_id=task.thread_id)
         request = ExecutionRequest(
@@ -337,6 +341,7 @@ class Worker:
                 goal=task.goal,
                 actor_label=self.actor_label,
                 preferences=preferences,
+                key_hash=unstored_key_hash,
             )
         except Exception as exc:
             if faults.is_connection_error(exc):
@@ -347,6 +352,12 @@ class Worker:
                 type(exc).__name__,
                 exc,
             )
+            injected = None
+        if unstored_key_hash and (injected is None or not injected.key_stored):
+            task_state_store(
+                task_id=task.pk, key_hash=unstored_key_hash, claimed_at=task.claimed_at
+            )
+        if injected is None:
             return request
         return replace(request, prompt=injected.prompt, goal=injected.goal)
 
@@ -395,7 +406,10 @@ class Worker:
                 # Nothing has run yet: while the database is gone, the preparation waits.
                 request = self._while_unreachable(
                     lambda: self.prepare(
-                        task, preferences=claim.preferences, memory_key=claim.memory_key
+                        task,
+                        preferences=claim.preferences,
+                        memory_key=claim.memory_key,
+                        unstored_key_hash=claim.unstored_key_hash,
                     )
                 )
             except faults.GaveUp:

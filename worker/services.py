@@ -22,8 +22,9 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from automemory.services import injector
+from automemory.services import injector, task_keys
 from automemory.services.injector import InjectionPreferences
+from automemory.services.task_keys import task_key_new
 from controlplane.access import member_role_sql, task_user_may_read
 from controlplane.models import AuditEvent, Task, TaskDiff, TaskEvent, TaskStatus, UsageKind
 from controlplane.rawsql import Scalar, column, instance_from_row, table
@@ -34,7 +35,6 @@ from controlplane.services.quota import (
     quota_status_from,
     quota_status_get,
 )
-from controlplane.services.task_keys import task_key_new
 from controlplane.services.usage import usage_cost_checked, usage_record
 from worker import metrics, statements
 from worker.executors.base import ExecutionResult
@@ -61,13 +61,15 @@ class Claim:
     """A task now running under this worker, with what the claim read beside its row: the
     user's quota this month, the task's injection preferences and the user's role in the
     task's project (no statement of their own), and the memory tool key the claim minted for
-    this turn (only its hash is stored)."""
+    this turn (only its hash is stored). `unstored_key_hash`: the key's hash when the claim
+    could not store it in its own statement (SQLite); the turn's preparation stores it."""
 
     task: Task
     quota: QuotaStatus
     preferences: InjectionPreferences
     memory_key: str = ""
     user_role: str | None = None
+    unstored_key_hash: str = ""
 
 
 def task_claim_next(
@@ -85,12 +87,15 @@ def task_claim_next(
     `status = 'queued'`. It sets the task running under `worker_id` since `claimed_at` (the
     fence the worker's later writes check), and reads back the task, the user's quota and
     the task's injection preferences, and the user's role in the task's project (for
-    `task_claim_refusal`). It also stores the hash of a fresh memory tool key for
-    the turn (`controlplane.services.task_keys`). `queued_before` limits the claim to tasks
+    `task_claim_refusal`). It mints a fresh memory tool key for the turn
+    (`automemory.services.task_keys`) and, on PostgreSQL, stores its hash in the same
+    statement; on SQLite the turn's preparation stores it (`Claim.key_stored`).
+    `queued_before` limits the claim to tasks
     queued by then (`run_worker --once`).
     """
     now = now or timezone.now()
     minted = task_key_new()
+    key_in_claim = task_keys.key_stored_by_claim()
     scalars = [
         Scalar(
             "user_role",
@@ -107,7 +112,15 @@ def task_claim_next(
         queued_before=queued_before,
         now=now,
         scalars=scalars,
-        memory_key_hash=minted.key_hash,
+        key_store=(
+            (
+                lambda source: task_keys.key_store_cte(
+                    source=source, key_hash=minted.key_hash, claimed_at=now
+                )
+            )
+            if key_in_claim
+            else None
+        ),
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -122,7 +135,19 @@ def task_claim_next(
         preferences=injector.preferences_from(values),
         memory_key=minted.key,
         user_role=values["user_role"],
+        unstored_key_hash="" if key_in_claim else minted.key_hash,
     )
+
+
+def claim_key_store(claim: Claim) -> None:
+    """Store the claim's memory tool key when its statement could not (SQLite); the worker's
+    turn preparation stores it with the injected ids instead (`Worker.prepare`)."""
+    if claim.unstored_key_hash:
+        task_keys.task_state_store(
+            task_id=claim.task.pk,
+            key_hash=claim.unstored_key_hash,
+            claimed_at=claim.task.claimed_at,
+        )
 
 
 def _task_column(name: str) -> str:
@@ -249,7 +274,6 @@ def task_finish(
         "is_resume": False,
         "updated_at": now,
         "thread_id": result.thread_id or "",
-        "memory_key_hash": "",
     }
     diff = None
     if turn_changes is not None:
@@ -421,7 +445,6 @@ def task_refuse(
         "heartbeat_at": None,
         "is_resume": False,
         "updated_at": now,
-        "memory_key_hash": "",
     }
     with transaction.atomic():
         audit = ("worker_task_refused", {"reason": reason, "kind": kind})
@@ -453,7 +476,6 @@ def task_requeue(
         "worker_id": "",
         "heartbeat_at": None,
         "updated_at": now,
-        "memory_key_hash": "",
     }
     with transaction.atomic():
         audit = ("worker_task_requeued", {"turn": task.turn, "reason": reason})
@@ -520,7 +542,6 @@ def tasks_recover_stale(
             worker_id="",
             heartbeat_at=None,
             updated_at=now,
-            memory_key_hash="",
         )
         _record_lost_runs(rows=rows, now=now)
         AuditEvent.objects.bulk_create(

@@ -9,7 +9,8 @@ and column name taken from the models:
   picked by a subquery (`FOR UPDATE SKIP LOCKED` where the database has it, so concurrent
   workers never wait for each other; SQLite serialises writers itself) and set running;
   the row comes back with the scalars the caller folds in (the quota, the injection
-  preferences), so none of them costs a statement of its own.
+  preferences), so none of them costs a statement of its own. On PostgreSQL the update is
+  a CTE beside which the turn's memory tool key is stored (`key_store`).
 - `finish_sql_postgresql`: the task's result, its run in the run history, its ledger row,
   the user's monthly total and the executor's events, in one statement of data-modifying
   CTEs. SQLite cannot write several tables in one statement; there the finish is a short
@@ -22,7 +23,7 @@ Both are conditional on the task's state, and the finish on the claim's fence
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
 
@@ -45,12 +46,13 @@ def claim_sql(
     queued_before: datetime | None,
     now: datetime,
     scalars: Sequence[Scalar],
-    memory_key_hash: str = "",
+    key_store: Callable[[str], tuple[str, list]] | None = None,
 ) -> tuple[str, list]:
     """The claim of the oldest queued task for `worker_id`: one statement, returning the
     task's row (every concrete field) and then `scalars`, whose SQL may use the task's
-    columns qualified by its table name. `memory_key_hash`: the hash of the turn's memory
-    tool key."""
+    columns qualified by its table name. `key_store` (PostgreSQL): given the name of the
+    claimed row's CTE, the body of a data-modifying CTE that stores the turn's memory
+    tool key in the same statement."""
     task = table(Task)
     col = {name: column(Task, name) for name in ("id", "status", "queued_at", "started_at")}
     sets = [
@@ -61,12 +63,11 @@ def claim_sql(
         f"{column(Task, 'finished_at')} = NULL",
         f"{column(Task, 'failure_reason')} = ''",
         f"{column(Task, 'updated_at')} = %s",
-        f"{column(Task, 'memory_key_hash')} = %s",
         # A checkpoint resume keeps the time its turn first started.
         f"{col['started_at']} = CASE WHEN {column(Task, 'is_resume')}"
         f" AND {col['started_at']} IS NOT NULL THEN {col['started_at']} ELSE %s END",
     ]
-    params: list = [worker_id, _dt(now), _dt(now), _dt(now), memory_key_hash, _dt(now)]
+    params: list = [worker_id, _dt(now), _dt(now), _dt(now), _dt(now)]
     if executor:
         sets.append(f"{column(Task, 'executor')} = %s")
         params.append(executor)
@@ -89,7 +90,14 @@ def claim_sql(
         f"UPDATE {task} SET {', '.join(sets)}"
         f" WHERE {col['id']} = ({pick}) AND {queued} RETURNING {returning}"
     )
-    return sql, [*params, *pick_params, *returning_params]
+    params = [*params, *pick_params, *returning_params]
+    if key_store is None:
+        return sql, params
+    store, store_params = key_store("claimed")
+    return f"WITH claimed AS ({sql}), key AS ({store}) SELECT * FROM claimed", [
+        *params,
+        *store_params,
+    ]
 
 
 FINISH_RETURNS = ("user_id", "task_id", "project_id", "turn", "thread_id", "executor")

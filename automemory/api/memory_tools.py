@@ -2,7 +2,7 @@
 
 The agent's stdio MCP server `memory` (automemory/memory_relay.py) relays each call here, so
 nothing in the agent's process tree needs the database. `Authorization: Bearer <task key>`
-(`controlplane.services.task_keys`) is the only credential these endpoints take, and they
+(`automemory.services.task_keys`) is the only credential these endpoints take, and they
 are the only ones that take it: no API token, no session. The views validate the body,
 call `automemory.services.memory_tools` (which throttles, logs and answers as the tools
 always have) and serialize its answer. See docs/memory-tools.md.

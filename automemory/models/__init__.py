@@ -1,6 +1,7 @@
 """Auto memory's own tables: per-user settings, per-task flags, the extraction log, the
 sweep's state and drafts, feedback on memories, their embeddings and daily injection
-counts, and tasks' texts as others read them."""
+counts, tasks' texts as others read them, and auto memory's state of tasks (memory tool
+keys, injected memories)."""
 
 from automemory.models.embeddings import MemoryEmbedding  # noqa: F401
 from automemory.models.feedback import (  # noqa: F401
@@ -40,6 +41,12 @@ from automemory.models.settings import (  # noqa: F401
     InjectionRanking,
     mcp_server_names_problems,
     validate_mcp_server_names,
+)
+from automemory.models.state import (  # noqa: F401
+    TaskMemoryState,
+    injected_ids_of,
+    task_injected_ids,
+    tasks_injected_ids,
 )
 from automemory.models.sweep import (  # noqa: F401
     ExtractionDraft,

@@ -39,6 +39,7 @@ from automemory.models import (
     MemoryFeedback,
     ReportReason,
     TaskMemoryShown,
+    task_injected_ids,
 )
 from automemory.services.redactor import redact
 from automemory.services.text import one_line
@@ -107,7 +108,7 @@ def memories_shown_to(task: Task, memory_ids: Iterable[int]) -> set[int]:
     """Which of `memory_ids` were shown to `task`: injected into it, or returned to it by the
     memory tool (one query, none when all were injected)."""
     wanted = set(memory_ids)
-    injected = wanted & set(task.injected_ids)
+    injected = wanted & set(task_injected_ids(task))
     rest = wanted - injected
     if not rest:
         return injected

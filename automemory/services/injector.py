@@ -22,6 +22,7 @@ from automemory.models import AutoMemorySettings, MemoryInjectionDay, TaskAutoMe
 from automemory.services.memory_block import FittedBlock, fit_memory_block
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint
+from automemory.services.task_keys import task_state_store
 from controlplane.models import IdentityMemory, Membership, MemoryScope, Task, TaskKind
 from controlplane.rawsql import Scalar, column, db_value, qn, table
 from controlplane.services.audit import audit_record
@@ -39,6 +40,8 @@ class InjectionResult:
     prompt: str
     goal: str | None
     memory_ids: list[int] = field(default_factory=list)
+    # Whether the injection's transaction stored the `key_hash` it was given.
+    key_stored: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ def inject_memories(
     goal: str | None,
     actor_label: str = "",
     preferences: InjectionPreferences | None = None,
+    key_hash: str = "",
 ) -> InjectionResult:
     """Return the in-memory prompt and goal with memories prepended; never raises (fail open).
 
@@ -70,7 +74,9 @@ def inject_memories(
     `injected_memory_ids` is set, a `worker_memory_injected` audit event names the task, the
     memories and those left out for the budget, and the injected memories' usage counters
     move. `preferences` are the task's, when the caller already read them in its own
-    statement (`preferences_sql`, the worker's claim); else they are read here.
+    statement (`preferences_sql`, the worker's claim); else they are read here. `key_hash`:
+    the turn's memory tool key hash when the claim could not store it (SQLite); stored with
+    the injected ids (`key_stored`), so the row is written once.
     """
     unchanged = InjectionResult(prompt=prompt, goal=goal)
     try:
@@ -97,8 +103,7 @@ def inject_memories(
                 preferences.max_chars,
             )
             return unchanged
-        _injection_record(task=task, fitted=fitted, actor_label=actor_label)
-        task.injected_memory_ids = fitted.memory_ids
+        _injection_record(task=task, fitted=fitted, actor_label=actor_label, key_hash=key_hash)
         metrics.injection_observe(
             user_memories=len(fitted.user_memories), project_memories=len(fitted.project_memories)
         )
@@ -106,6 +111,7 @@ def inject_memories(
             prompt=f"{fitted.block}\n\n{prompt}",
             goal=f"{fitted.block}\n\n{goal}" if goal else goal,
             memory_ids=fitted.memory_ids,
+            key_stored=bool(key_hash),
         )
     except Exception:
         logger.warning(
@@ -367,11 +373,19 @@ def _preferences(task: Task) -> InjectionPreferences:
     )
 
 
-def _injection_record(*, task: Task, fitted: FittedBlock, actor_label: str) -> None:
-    """Write the task's injected ids, the audit event and the usage counters, atomically."""
+def _injection_record(
+    *, task: Task, fitted: FittedBlock, actor_label: str, key_hash: str = ""
+) -> None:
+    """Write the task's injected ids (and `key_hash`, given), the audit event and the usage
+    counters, atomically."""
     memory_ids = fitted.memory_ids
     with transaction.atomic():
-        Task.objects.filter(pk=task.pk).update(injected_memory_ids=memory_ids)
+        task_state_store(
+            task_id=task.pk,
+            key_hash=key_hash or None,
+            claimed_at=task.claimed_at,
+            injected_memory_ids=memory_ids,
+        )
         audit_record(
             action=INJECTED_EVENT,
             actor_label=actor_label,

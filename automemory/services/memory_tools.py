@@ -4,7 +4,7 @@ Four calls, served as JSON endpoints of the API (`POST /memory-tools/<tool>`,
 automemory/api/memory_tools.py), which the agent's stdio MCP server `memory`
 (automemory/memory_relay.py) relays to: `memory_search`, `memory_get`, `memory_cite`,
 `memory_report`. Every call names the task key the worker's claim minted for the running
-turn (`controlplane.services.task_keys`); the key is checked at each call, so it is refused
+turn (`automemory.services.task_keys`); the key is checked at each call, so it is refused
 as soon as the turn ends. It reaches exactly what the task may receive: the memories of
 injection (`automemory.ranking`: the task's user's own, and the project's that the project
 sees or that are held for that user; active, not awaiting approval, not reported), none
@@ -25,10 +25,10 @@ from automemory.models import FeedbackVia
 from automemory.services import feedback, injector
 from automemory.services.feedback import ReportLimitReached
 from automemory.services.redactor import redact
+from automemory.services.task_keys import TaskKeyInvalid, task_key_authenticate
 from controlplane.api.throttling import MemoryToolThrottle, UserThrottle
 from controlplane.errors import DomainError
 from controlplane.models import IdentityMemory, Task
-from controlplane.services.task_keys import TaskKeyInvalid, task_key_authenticate
 
 logger = logging.getLogger(__name__)
 

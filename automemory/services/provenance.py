@@ -28,7 +28,7 @@ from types import MappingProxyType
 
 from django.conf import settings
 
-from automemory.models import TaskMemoryShown
+from automemory.models import TaskMemoryShown, tasks_injected_ids
 from automemory.services.redactor import redact
 from controlplane.models import AuditEvent, IdentityMemory, Task
 from controlplane.textnorm import words_with_spans
@@ -404,10 +404,11 @@ def injected_for(tasks: Sequence[Task]) -> dict[int, Injected]:
             task_id__in=[task.pk for task in tasks]
         ).values_list("task_id", "memory_id"):
             shown.setdefault(task_id, []).append(memory_id)
-    receivers = [task for task in tasks if task.injected_ids or task.pk in shown]
+    injected_ids = tasks_injected_ids(tasks) if tasks else {}
+    receivers = [task for task in tasks if injected_ids[task.pk] or task.pk in shown]
     if not receivers:
         return {}
-    memory_ids = {pk for task in receivers for pk in task.injected_ids}
+    memory_ids = {pk for task in receivers for pk in injected_ids[task.pk]}
     memory_ids |= {pk for pks in shown.values() for pk in pks}
     stored = {
         memory.pk: memory_fingerprint(memory)
@@ -415,17 +416,17 @@ def injected_for(tasks: Sequence[Task]) -> dict[int, Injected]:
             "pk", "scope", "user_id", "content"
         )
     }
-    injected_tasks = [task.pk for task in receivers if task.injected_ids]
+    injected_tasks = [task.pk for task in receivers if injected_ids[task.pk]]
     snapshots = _snapshots_by_task(injected_tasks) if injected_tasks else {}
     result = {}
     for task in receivers:
         recorded = snapshots.get(task.pk, [])
-        injected_ids = task.injected_ids
+        task_ids = injected_ids[task.pk]
         known = set(stored) | {fingerprint.memory_id for fingerprint in recorded}
-        received = list(dict.fromkeys([*injected_ids, *shown.get(task.pk, ())]))
+        received = list(dict.fromkeys([*task_ids, *shown.get(task.pk, ())]))
         result[task.pk] = Injected(
             current=tuple(stored[pk] for pk in received if pk in stored),
             recorded=tuple(recorded),
-            unrecorded=len(set(injected_ids) - known),
+            unrecorded=len(set(task_ids) - known),
         )
     return result

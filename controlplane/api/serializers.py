@@ -36,7 +36,7 @@ from controlplane.models import (
 from controlplane.repository_urls import BRANCH_MAX_CHARS
 from controlplane.selectors import memory_row
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
-from controlplane.services.tasks import task_text_for
+from controlplane.services.tasks import task_injected_memory_ids, task_text_for
 from controlplane.services.tokens import TOKEN_EXPIRES_MAX_DAYS, TOKEN_NAME_MAX_CHARS
 
 MAX_ID = 2**63 - 1
@@ -176,6 +176,9 @@ class InjectedMemoryOutput(serializers.Serializer):
 
 
 class TaskDetailOutput(TaskSummaryOutput):
+    injected_memory_ids = serializers.SerializerMethodField(
+        help_text="The ids of the memories injected into the first turn, in order."
+    )
     injected_memories = serializers.SerializerMethodField(
         help_text="The memories injected into the first turn (of `injected_memory_ids`, "
         "those not forgotten since), with links."
@@ -235,10 +238,21 @@ class TaskDetailOutput(TaskSummaryOutput):
             data[name] = task_text_for(task=task, viewer=viewer, text=data[name])
         return data
 
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_injected_memory_ids(self, task: Task) -> list[int]:
+        return self._injected_ids(task)
+
+    def _injected_ids(self, task: Task) -> list[int]:
+        """The injected ids, read once per task (`task_injected_memory_ids`)."""
+        cache = self.context.setdefault("injected_ids", {})
+        if task.pk not in cache:
+            cache[task.pk] = task_injected_memory_ids(task)
+        return cache[task.pk]
+
     @extend_schema_field(InjectedMemoryOutput(many=True))
     def get_injected_memories(self, task: Task) -> list[dict]:
         """The memories injected into the task's first turn that still exist (one query)."""
-        ids = task.injected_ids
+        ids = self._injected_ids(task)
         if not ids:
             return []
         viewer = self.context["request"].user if "request" in self.context else None

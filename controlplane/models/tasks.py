@@ -74,9 +74,6 @@ class Task(models.Model):
     # the fence every later write of that worker checks (a task taken over is not written).
     claimed_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # The SHA-256 of the running turn's memory tool key (controlplane.services.task_keys),
-    # set by the claim, cleared when the turn ends: the key works only while it runs.
-    memory_key_hash = models.CharField(max_length=64, blank=True, default="")
     # The project's repository: the branch the task works on (set at creation; "" for a
     # project without a repository), the commit its first turn started from (resolved by the
     # worker at claim), and, after each turn that changed something, the head of its own
@@ -85,8 +82,6 @@ class Task(models.Model):
     base_commit = models.CharField(max_length=64, blank=True, default="")
     head_commit = models.CharField(max_length=64, blank=True, default="")
     changed_files = models.JSONField(default=list, blank=True)
-    # Memories whose text was prepended to the first turn's in-memory prompt.
-    injected_memory_ids = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     # When the current turn was queued; the worker claims the oldest first.
     queued_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
@@ -129,25 +124,10 @@ class Task(models.Model):
             models.CheckConstraint(
                 condition=Q(kind__in=[k.value for k in TaskKind]), name="task_kind_valid"
             ),
-            # The memory tool finds a running task by its key's hash (only running tasks
-            # have one, so the index stays as small as the running set).
-            models.UniqueConstraint(
-                fields=["memory_key_hash"],
-                condition=~Q(memory_key_hash=""),
-                name="task_memory_key_unique",
-            ),
         ]
 
     def __str__(self) -> str:
         return f"task {self.pk} ({self.status})"
-
-    @property
-    def injected_ids(self) -> list[int]:
-        """The memory ids of `injected_memory_ids`, in order, without repeats; anything that
-        is not a positive integer (a list written by hand, an odd import) is ignored."""
-        values = self.injected_memory_ids if isinstance(self.injected_memory_ids, list) else []
-        ids = (v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0)
-        return list(dict.fromkeys(ids))
 
     @property
     def is_terminal(self) -> bool:

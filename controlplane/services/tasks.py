@@ -168,3 +168,22 @@ def task_text_for(*, task: Task, viewer, text: str) -> str:
     for text_filter in _task_text_filters:
         text = text_filter(task, text)
     return text
+
+
+# The memories an app put in front of a task's first turn, as ids in order (automemory's
+# injection keeps them in its own table). The app registers its reader, so the host never
+# imports it; with none registered, a task received none.
+TaskInjectedIdsReader = Callable[[Task], list[int]]
+_task_injected_ids_readers: list[TaskInjectedIdsReader] = []
+
+
+def task_injected_ids_reader_register(reader: TaskInjectedIdsReader) -> None:
+    """Read the ids of the memories injected into a task with `reader`."""
+    if reader not in _task_injected_ids_readers:
+        _task_injected_ids_readers.append(reader)
+
+
+def task_injected_memory_ids(task: Task) -> list[int]:
+    """The ids of the memories injected into `task`'s first turn, in order, without repeats."""
+    ids = (pk for reader in _task_injected_ids_readers for pk in reader(task))
+    return list(dict.fromkeys(ids))

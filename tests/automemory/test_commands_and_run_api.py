@@ -5,7 +5,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from automemory.models import AutoMemoryLog
+from automemory.models import AutoMemoryLog, task_injected_ids
 from automemory.services.extraction.summary import SKIP_REASONS
 from controlplane.models import IdentityMemory, Task
 
@@ -122,7 +122,7 @@ def test_the_demo_shows_the_whole_loop(settings):
     assert "extracted (new)" in text and "skipped (result_too_short)" in text
     assert "s3cr3t-Passw0rd" not in text
     last = Task.objects.order_by("-id").first()
-    assert last.injected_memory_ids and "Past memories" in last.result_text
+    assert task_injected_ids(last) and "Past memories" in last.result_text
     again = StringIO()
     call_command("demo_auto_memory", stdout=again)
     assert "already ran" in again.getvalue()

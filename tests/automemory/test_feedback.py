@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import FeedbackKind, MemoryFeedback, TaskMemoryShown
+from automemory.models import FeedbackKind, MemoryFeedback, TaskMemoryShown, task_injected_ids
 from automemory.services.feedback import (
     CITATION_TAIL_CHARS,
     ReportLimitReached,
@@ -97,7 +97,7 @@ def test_a_memories_used_line_counts_the_injected_memories_it_names(
     )
 
     assert task.status == TaskStatus.COMPLETED
-    assert set(task.injected_memory_ids) == {used.pk, unused.pk}
+    assert set(task_injected_ids(task)) == {used.pk, unused.pk}
     used.refresh_from_db()
     assert (used.cite_count, used.last_cited_at is not None) == (1, True)
     assert IdentityMemory.objects.get(pk=unused.pk).cite_count == 0

@@ -10,6 +10,7 @@ import sys
 import pytest
 from django.core.checks import run_checks
 from django.db import connection
+from django.utils import timezone
 from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
@@ -17,8 +18,8 @@ from automemory import conf, ranking
 from automemory.services import embeddings, fusion, vectors
 from automemory.services.extraction.sweep import GlobalSweeper
 from automemory.services.injector import inject_memories
+from automemory.services.task_keys import task_key_new, task_state_store
 from controlplane.models import Task, TaskStatus
-from controlplane.services.task_keys import task_key_new
 
 BACKUPS = "Database backups run nightly with pg_dump to the offsite bucket; restore drills monthly."
 DISTRACTORS = [
@@ -100,13 +101,14 @@ def test_memory_search_finds_by_meaning_and_nothing_for_an_unrelated_query(
 ):
     auto_memory_on(alice)
     minted = task_key_new()
-    Task.objects.create(
+    task = Task.objects.create(
         project=project,
         user=alice,
         prompt="work",
         status=TaskStatus.RUNNING,
-        memory_key_hash=minted.key_hash,
+        claimed_at=timezone.now(),
     )
+    task_state_store(task_id=task.pk, key_hash=minted.key_hash, claimed_at=task.claimed_at)
     client = APIClient()
 
     def search(query):

@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import MIN_INJECTION_MAX_CHARS
+from automemory.models import MIN_INJECTION_MAX_CHARS, task_injected_ids
 from automemory.services.injector import inject_memories
 from automemory.services.memory_block import fit_memory_block, render_memory_block
 from automemory.services.provenance import FOOTER, HEADER, fence_begin, fence_end
@@ -188,7 +188,7 @@ def test_nothing_is_injected_when_not_one_memory_fits(task, alice, project, auto
     result = run(task)
     assert result.prompt == task.prompt and result.memory_ids == []
     assert not AuditEvent.objects.exists()
-    assert Task.objects.get(pk=task.pk).injected_memory_ids == []
+    assert task_injected_ids(Task.objects.get(pk=task.pk)) == []
     too_big.refresh_from_db()
     assert too_big.injection_count == 0 and too_big.last_injected_at is None
 
@@ -237,7 +237,7 @@ def test_a_failed_write_leaves_nothing_half_done(task, alice, project, auto_memo
     result = run(task, actor_label="w" * 500)
     assert result.prompt == task.prompt and result.memory_ids == []
     assert "runs without memories" in caplog.text
-    assert Task.objects.get(pk=task.pk).injected_memory_ids == []
+    assert task_injected_ids(Task.objects.get(pk=task.pk)) == []
     remembered.refresh_from_db()
     assert remembered.injection_count == 0 and remembered.last_injected_at is None
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from automemory import ranking
+from automemory.models import task_injected_ids
 from automemory.services.injector import inject_memories
 from automemory.services.search import query_terms
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, MemoryStatus, Task
@@ -290,7 +291,7 @@ def test_adversarial_prompts_never_break_the_search(task_factory, project, alice
     result = inject_memories(task=task, prompt=prompt, goal=None)
     # Injection went through (the only memory fills the free slot even without a match).
     assert result.memory_ids == [deploy.pk]
-    assert Task.objects.get(pk=task.pk).injected_memory_ids == [deploy.pk]
+    assert task_injected_ids(Task.objects.get(pk=task.pk)) == [deploy.pk]
     found = ranking.memories_matching(text=prompt, scope="project", project_id=project.pk, limit=5)
     assert found in ([], [deploy])
 

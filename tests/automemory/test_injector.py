@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import TaskAutoMemoryFlags
+from automemory.models import TaskAutoMemoryFlags, task_injected_ids
 from automemory.services.injector import inject_memories
 from automemory.services.provenance import FOOTER, HEADER
 from controlplane.models import AuditEvent, IdentityMemory, MemoryStatus, Task, TaskKind
@@ -63,7 +63,7 @@ def test_the_stored_task_is_not_changed(task, alice, remembered, auto_memory_on)
     run(task)
     stored = Task.objects.get(pk=task.pk)
     assert stored.prompt == "Fix the login bug"
-    assert stored.injected_memory_ids == [m.pk for m in remembered]
+    assert task_injected_ids(stored) == [m.pk for m in remembered]
 
 
 def test_a_goal_task_gets_the_prefix_on_its_goal_too(
@@ -105,7 +105,7 @@ def test_only_a_fresh_first_turn_gets_memories(task, alice, remembered, auto_mem
     assert result.prompt == "Fix the login bug"
     assert result.memory_ids == []
     assert not AuditEvent.objects.filter(action="worker_memory_injected").exists()
-    assert Task.objects.get(pk=task.pk).injected_memory_ids == []
+    assert task_injected_ids(Task.objects.get(pk=task.pk)) == []
 
 
 def test_nothing_is_injected_when_use_memories_is_off(task, alice, remembered, auto_memory_on):

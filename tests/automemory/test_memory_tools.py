@@ -8,7 +8,8 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from automemory.models import FeedbackKind, MemoryFeedback, TaskMemoryShown
+from automemory.models import FeedbackKind, MemoryFeedback, TaskMemoryShown, task_injected_ids
+from automemory.services.task_keys import task_key_authenticate, task_key_new
 from controlplane.models import (
     AuditEvent,
     IdentityMemory,
@@ -17,10 +18,9 @@ from controlplane.models import (
     TaskStatus,
     UsageRecord,
 )
-from controlplane.services.task_keys import task_key_authenticate, task_key_new
 from tests.conftest import api_token_for
 from worker.executors import ExecutionResult
-from worker.services import task_claim_next, task_finish, task_requeue
+from worker.services import claim_key_store, task_claim_next, task_finish, task_requeue
 
 SECRET = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 TOOLS = ("memory_search", "memory_get", "memory_cite", "memory_report")
@@ -173,7 +173,7 @@ def test_a_key_works_only_while_its_task_runs(running, project, alice, memory_fa
     task, key = running(project, alice)
     assert ok(key, "memory_search", query="backups", limit=1)["memories"]
 
-    task.status, task.memory_key_hash = TaskStatus.COMPLETED, ""
+    task.status = TaskStatus.COMPLETED
     task.save()
     response = post(key, "memory_search", {"query": "backups", "limit": 1})
     assert response.status_code == 401
@@ -193,11 +193,13 @@ def test_the_workers_own_turns_a_finished_a_requeued_and_a_re_claimed_key_is_ref
     memory_factory(project=project, content="The build cache lives in /var/cache/build.")
     task_factory(project, alice, prompt="Speed up the build")
     claim = task_claim_next(worker_id="w1")
+    claim_key_store(claim)  # as the turn's preparation does where the claim cannot
     assert ok(claim.memory_key, "memory_search", query="build cache")["memories"]
 
     assert task_requeue(task=claim.task, worker_id="w1")
     assert post(claim.memory_key, "memory_search", {"query": "build"}).status_code == 401
     again = task_claim_next(worker_id="w2")
+    claim_key_store(again)
     assert again.task.pk == claim.task.pk and again.memory_key != claim.memory_key
     assert post(claim.memory_key, "memory_search", {"query": "build"}).status_code == 401
     assert ok(again.memory_key, "memory_search", query="build cache")["memories"]
@@ -534,10 +536,10 @@ def test_a_memory_the_tool_returned_counts_as_received_by_the_extraction(
     mine = memory_factory(user=alice, content=private)
     task, key = running(project, alice)
     assert mine.pk in ids(ok(key, "memory_search", query="Initech job", limit=5))
-    assert not task.injected_ids
+    assert not task_injected_ids(task)
 
     now = timezone.now()
-    task.status, task.memory_key_hash = TaskStatus.COMPLETED, ""
+    task.status = TaskStatus.COMPLETED
     task.started_at, task.finished_at = now - timedelta(hours=2), now - timedelta(hours=1)
     task.result_text = f"Fixed the login form.\nYou told me: {private}\n" + "Notes. " * 40
     task.save()

@@ -11,6 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from automemory.models import task_injected_ids
 from automemory.services.feedback import memories_shown_record, memory_report
 from controlplane.models import IdentityMemory, MemoryStatus, TaskStatus
 from worker.executors.echo import EchoExecutor
@@ -51,7 +52,7 @@ def test_a_task_created_after_a_preview_gets_exactly_the_previewed_memories(
 
     assert task.status == TaskStatus.COMPLETED
     assert body["memory_ids"], body
-    assert task.injected_memory_ids == body["memory_ids"]
+    assert task_injected_ids(task) == body["memory_ids"]
     # The block differs only by the fence's random nonce.
     assert len(task.result_text) == len(body["block"]) + 2 + len(goal)
 

@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from automemory.models import AutoMemoryLog, TaskTextCleaned
+from automemory.models import AutoMemoryLog, TaskTextCleaned, task_injected_ids
 from automemory.ranking import memories_search
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.transcripts import PRIVATE_NOTE_REMOVED
@@ -78,7 +78,7 @@ def test_a_memory_drawn_from_private_notes_in_a_shared_project_is_held_for_its_a
     project, alice, bob, alice_private, task_factory, api_client_for, kind
 ):
     task = run(project, alice, task_factory, ANSWERS[kind])
-    assert alice_private.pk in task.injected_memory_ids
+    assert alice_private.pk in task_injected_ids(task)
 
     process_auto_memories(user=alice)
 
@@ -121,14 +121,14 @@ def test_bobs_tasks_neither_get_nor_find_it_and_his_preview_does_not_list_it(
     assert memory.pk not in {m.pk for m in found}
     assert memory.pk not in preview.json()["memory_ids"]
     assert memory.pk not in {item["id"] for item in preview.json()["left_out"]}
-    assert memory.pk not in bobs_task.injected_memory_ids
+    assert memory.pk not in task_injected_ids(bobs_task)
     # Alice's own later tasks get it, and find it.
     mine = memories_search(
         user_id=alice.pk, project_id=project.pk, query_text="Initech handover login", limit=10
     )
     assert memory.pk in {m.pk for m in mine}
     alices = run(project, alice, task_factory, "done")
-    assert memory.pk in alices.injected_memory_ids
+    assert memory.pk in task_injected_ids(alices)
 
 
 def test_the_console_hides_it_from_bob(project, alice, bob, alice_private, task_factory):
@@ -200,7 +200,7 @@ def test_a_task_without_private_notes_is_not_held(project, alice, task_factory, 
     auto_memory_on(alice)
     task = run(project, alice, task_factory, ANSWERS["paraphrase"])
     process_auto_memories(user=alice)
-    assert task.injected_memory_ids == []
+    assert task_injected_ids(task) == []
     assert auto_memory_of(task).visibility == "project"
 
 
@@ -359,8 +359,8 @@ def test_personal_memories_can_stay_out_of_shared_projects(
     auto_memory_on(alice, personal_memories_in_shared_projects=False)
     shared = run(project, alice, task_factory, "done")
     solo = run(project_factory(alice, "solo"), alice, task_factory, "done")
-    assert alice_private.pk not in shared.injected_memory_ids
-    assert alice_private.pk in solo.injected_memory_ids
+    assert alice_private.pk not in task_injected_ids(shared)
+    assert alice_private.pk in task_injected_ids(solo)
 
 
 # --- Continuing another member's task --------------------------------------------------------

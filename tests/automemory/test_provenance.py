@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from automemory.models import AutoMemoryLog
+from automemory.models import AutoMemoryLog, TaskMemoryState
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories
 from automemory.services.memory_block import render_memory_block
@@ -368,7 +368,7 @@ def test_a_task_whose_injected_memories_are_gone_unrecorded_is_not_extracted(
     # Injected before fingerprints were recorded, and deleted since: its text is unknown.
     gone = memory(user=alice, content=PAGER)
     task = task_factory(project, alice, completed=True, result_text=f"Result for: {PAGER}\n{WORK}")
-    Task.objects.filter(pk=task.pk).update(injected_memory_ids=[gone.pk])
+    TaskMemoryState.objects.create(task=task, injected_memory_ids=[gone.pk])
     gone.delete()
 
     process_auto_memories(user=alice)

@@ -4,12 +4,12 @@ running task may still reach through its memory key: nothing."""
 import pytest
 
 from automemory.services.memory_tools import KeyRefused, tool_get, tool_search
-from controlplane.models import AuditEvent, Membership, Role, TaskStatus
-from controlplane.services.task_keys import (
+from automemory.services.task_keys import (
     TaskKeyInvalid,
     task_key_authenticate,
     task_key_new,
 )
+from controlplane.models import AuditEvent, Membership, Role, TaskStatus
 
 from .helpers import post_json
 

@@ -3,6 +3,7 @@ it, nothing of the project's memories is injected and the agent never runs."""
 
 import pytest
 
+from automemory.models import task_injected_ids
 from automemory.services import injector
 from controlplane.models import AuditEvent, Membership, TaskStatus
 from controlplane.services.projects import membership_remove
@@ -35,8 +36,7 @@ def test_it_refuses_at_claim_a_task_whose_user_was_removed(
     task.refresh_from_db()
     assert task.status == TaskStatus.FAILED
     assert task.failure_reason == "the task's user is no longer a member of its project"
-    assert task.injected_memory_ids == []
-    assert task.memory_key_hash == ""
+    assert task_injected_ids(task) == []
     assert not AuditEvent.objects.filter(action=injector.INJECTED_EVENT).exists()
     refused = AuditEvent.objects.get(action="worker_task_refused")
     assert refused.data["kind"] == "membership"
@@ -84,7 +84,7 @@ def test_it_runs_and_injects_the_tasks_of_members(
     assert [run.outcome for run in report.runs] == ["completed", "completed"]
     assert [request.task_id for request in spy.requests] == [task.pk, later.pk]
     task.refresh_from_db()
-    assert task.injected_memory_ids == [memory.pk]
+    assert task_injected_ids(task) == [memory.pk]
     assert not AuditEvent.objects.filter(action="worker_task_refused").exists()
 
 

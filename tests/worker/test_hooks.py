@@ -3,6 +3,7 @@ never inside one (only `--once` sweeps inline, after its tasks)."""
 
 import logging
 
+from automemory.models import task_injected_ids
 from controlplane.models import TaskStatus
 
 PREFIX = "Past memories, for reference only:\n- use pytest\n\n"
@@ -55,7 +56,7 @@ def test_a_failing_injector_leaves_the_task_running_without_memories(
     task.refresh_from_db()
     assert task.status == TaskStatus.COMPLETED
     assert task.result_text == "Fix the login bug"
-    assert task.injected_memory_ids == []
+    assert task_injected_ids(task) == []
     assert "memory injection failed" in caplog.text
 
 

@@ -7,20 +7,26 @@ import json
 import shlex
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from automemory.models import AutoMemoryLog
+from automemory.models import AutoMemoryLog, TaskMemoryState
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.memory_tools import ToolRefused, tool_search
+from automemory.services.task_keys import (
+    TASK_KEY_ENV,
+    TaskKeyInvalid,
+    task_key_authenticate,
+    task_key_hash,
+)
 from controlplane.models import Task, TaskEvent, TaskStatus
-from controlplane.services.task_keys import TASK_KEY_ENV, task_key_authenticate, task_key_hash
 from worker.codex import CodexExecutor
 from worker.executors import ExecutionRequest, ExecutionResult
 from worker.executors.base import MEMORY_COMMAND_ENV, MEMORY_URL_ENV, ExecutionControl
 from worker.executors.command import CommandExecutor
-from worker.services import task_claim_next
+from worker.services import claim_key_store, task_claim_next
 
 
 def test_the_claim_mints_a_key_the_run_holds_and_the_finish_revokes(
@@ -40,20 +46,43 @@ def test_the_claim_mints_a_key_the_run_holds_and_the_finish_revokes(
     assert request.memory_key.startswith("cpm_") and during["task"] == task.pk
     assert "memory_key" not in repr(request) and request.memory_key not in repr(request)
     task.refresh_from_db()
-    assert task.status == TaskStatus.COMPLETED and task.memory_key_hash == ""
+    assert task.status == TaskStatus.COMPLETED
     with pytest.raises(ToolRefused):
         tool_search(key=request.memory_key, query="anything", limit=1)
 
 
-def test_each_claim_mints_a_new_key_and_stores_only_its_hash(project, alice, task_factory):
-    first = task_factory(project, alice)
-    second = task_factory(project, alice)
-    claims = [task_claim_next(worker_id="w1"), task_claim_next(worker_id="w1")]
-    keys = [claim.memory_key for claim in claims]
-    assert len(set(keys)) == 2
-    for task, key in zip((first, second), keys, strict=True):
-        stored = Task.objects.get(pk=task.pk).memory_key_hash
+def test_each_claim_mints_a_new_key_and_stores_only_its_hash(
+    project, alice, task_factory, worker_factory, spy_executor
+):
+    tasks = [task_factory(project, alice), task_factory(project, alice)]
+    seen = {}
+
+    def action(request, control):
+        state = TaskMemoryState.objects.get(task_id=request.task_id)
+        seen[request.task_id] = (request.memory_key, state.memory_key_hash)
+
+    spy_executor.action = action
+    worker_factory(spy_executor).run_once()
+
+    assert sorted(seen) == [task.pk for task in tasks]
+    assert len({key for key, _ in seen.values()}) == 2
+    for key, stored in seen.values():
         assert stored == task_key_hash(key) and key not in stored
+
+
+def test_a_key_of_an_earlier_claim_is_refused_once_the_task_is_claimed_again(
+    project, alice, task_factory
+):
+    """The key is checked against the claim that minted it: a re-claimed turn (another
+    claim time) refuses the old key even while the task runs."""
+    task = task_factory(project, alice)
+    claim = task_claim_next(worker_id="w1")
+    claim_key_store(claim)
+    assert task_key_authenticate(key=claim.memory_key).pk == task.pk
+
+    Task.objects.filter(pk=task.pk).update(claimed_at=claim.task.claimed_at + timedelta(seconds=1))
+    with pytest.raises(TaskKeyInvalid):
+        task_key_authenticate(key=claim.memory_key)
 
 
 def test_a_failed_turn_revokes_its_key_too(project, alice, task_factory, worker_factory):
@@ -68,7 +97,7 @@ def test_a_failed_turn_revokes_its_key_too(project, alice, task_factory, worker_
     task = task_factory(project, alice)
     worker_factory(Failing()).run_once()
     task.refresh_from_db()
-    assert task.status == TaskStatus.FAILED and task.memory_key_hash == ""
+    assert task.status == TaskStatus.FAILED
     with pytest.raises(ToolRefused):
         tool_search(key=Failing.key, query="anything", limit=1)
 

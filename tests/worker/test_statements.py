@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from automemory.models import task_injected_ids
 from automemory.services import injector
 from automemory.services.injector import inject_memories as real_inject_memories
 from controlplane.models import Quota, Task, TaskStatus, UsageRecord
@@ -60,7 +61,7 @@ def test_a_task_with_a_quota_limit_and_ten_memories_injected_costs_at_most_13(
     for task in tasks:
         task.refresh_from_db()
         assert task.status == TaskStatus.COMPLETED
-        assert len(task.injected_memory_ids) == 10
+        assert len(task_injected_ids(task)) == 10
 
 
 def test_a_task_on_a_repository_costs_at_most_8_more_when_its_turn_changed_files(

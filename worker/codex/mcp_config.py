@@ -8,7 +8,7 @@ import shlex
 from django.conf import settings
 
 from automemory.conf import MEMORY_SERVER_NAME
-from controlplane.services.task_keys import TASK_KEY_ENV
+from automemory.services.task_keys import TASK_KEY_ENV
 from worker.executors.base import MEMORY_COMMAND_ENV, MEMORY_URL_ENV
 
 # What the memory relay inherits of the agent's environment: its key and address, and what

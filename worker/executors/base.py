@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 from django.conf import settings
 
-from controlplane.services.task_keys import TASK_KEY_ENV
+from automemory.services.task_keys import TASK_KEY_ENV
 from worker.sandbox import TaskCheckout, command_files
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class ExecutionRequest:
     # thread; None when nothing is recorded. An executor whose agent reports thread-cumulative
     # usage on resume subtracts it to get this turn's own usage.
     thread_usage: TokenUsage | None = None
-    # The memory tool key of this turn (controlplane.services.task_keys): handed to the
+    # The memory tool key of this turn (automemory.services.task_keys): handed to the
     # agent's memory server only, never logged (kept out of the repr).
     memory_key: str = field(default="", repr=False)
     # A task on a project with a repository: its room's `work` folder is the task's worktree

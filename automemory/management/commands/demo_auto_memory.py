@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
+from automemory.models import task_injected_ids
 from automemory.services.demo import demo_loop_run
 from controlplane.management.commands.run_main import addrport_parse, server_url
 
@@ -37,9 +38,7 @@ class Command(BaseCommand):
                 for line in memory.content.splitlines():
                     say(f"    | {line}")
             task = loop.next_task
-            say(
-                f"  new task {task.pk} {task.prompt!r} received memories {task.injected_memory_ids}"
-            )
+            say(f"  new task {task.pk} {task.prompt!r} received memories {task_injected_ids(task)}")
             say("  what its agent was given (echo executor's result):")
             for line in task.result_text.splitlines():
                 say(f"    | {line}")

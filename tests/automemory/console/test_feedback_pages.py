@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from automemory import selectors
-from automemory.models import FeedbackKind, MemoryFeedback
+from automemory.models import FeedbackKind, MemoryFeedback, task_injected_ids
 from automemory.services.feedback import memories_shown_record, memory_cite, memory_report
 from automemory.services.injector import injection_days_record
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, Task, TaskStatus
@@ -297,12 +297,12 @@ def test_preview_shows_what_the_next_task_gets_in_order(
     task.refresh_from_db()
 
     assert response.status_code == 200
-    assert task.injected_memory_ids
+    assert task_injected_ids(task)
     table = body.split('class="preview-received"')[1].split("</table>")[0]
     shown = [int(pk) for pk in re.findall(r'href="/console/memories/(\d+)"', table)]
-    assert shown == task.injected_memory_ids
+    assert shown == task_injected_ids(task)
     block = body.split('class="preview-block">')[1].split("</pre>")[0]
-    assert "Memories used:" in block and f"#{task.injected_memory_ids[0]}" in block
+    assert "Memories used:" in block and f"#{task_injected_ids(task)[0]}" in block
     assert "budget" in body and "no room left" in body
     if ranking == "relevant":
         assert f"#{archived.pk}</a>" in body and "archived by the retention rule" in body

@@ -1,0 +1,129 @@
+"""Auto memory's state moves out of the host's tables without losing a value: rows written
+through the historical models of the migrations before the move, migrated forward, read back
+through the current models; and migrated back, read through the historical models again."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+from automemory.models import TaskMemoryState
+from controlplane.models import Task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# The last migrations before auto memory's state left the host's tables.
+BEFORE = [
+    ("automemory", "0017_memory_injection_days"),
+    ("controlplane", "0018_repositories_and_task_branches"),
+]
+
+
+def _executor() -> MigrationExecutor:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    return executor
+
+
+def _latest() -> None:
+    executor = _executor()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.fixture
+def before():
+    """The database at BEFORE, and the historical models' registry there; the latest
+    migrations again afterwards, as the other tests expect."""
+    executor = _executor()
+    executor.migrate(BEFORE)
+    yield _executor().loader.project_state(BEFORE).apps
+    _latest()
+
+
+def _fill(apps) -> dict:
+    """Tasks with every moved field set (a running turn's key, injected ids, both, neither),
+    written through the historical models."""
+    User = apps.get_model("auth", "User")
+    Project = apps.get_model("controlplane", "Project")
+    HistoricalTask = apps.get_model("controlplane", "Task")
+    alice = User.objects.create(username="alice")
+    project = Project.objects.create(name="webapp", created_by=alice)
+    claimed = timezone.now() - timedelta(minutes=3)
+
+    def task(**fields):
+        return HistoricalTask.objects.create(project=project, user=alice, prompt="p", **fields)
+
+    return {
+        "running": task(status="running", claimed_at=claimed, memory_key_hash="a" * 64),
+        "injected": task(status="completed", injected_memory_ids=[3, 1, 2]),
+        "both": task(
+            status="running",
+            claimed_at=claimed,
+            memory_key_hash="b" * 64,
+            injected_memory_ids=[7],
+        ),
+        "odd": task(status="completed", injected_memory_ids=[5, "junk", -1, 5]),
+        "neither": task(status="completed"),
+        "claimed_at": claimed,
+    }
+
+
+def test_the_task_state_arrives_whole_and_goes_back(before):
+    rows = _fill(before)
+    claimed = rows["claimed_at"]
+
+    _latest()
+
+    states = {state.task_id: state for state in TaskMemoryState.objects.all()}
+    running, injected, both, odd = (rows[k].pk for k in ("running", "injected", "both", "odd"))
+    assert set(states) == {running, injected, both, odd}  # a task with neither has no row
+    assert (states[running].memory_key_hash, states[running].key_claimed_at) == ("a" * 64, claimed)
+    assert states[running].injected_memory_ids == []
+    assert states[injected].memory_key_hash == "" and states[injected].key_claimed_at is None
+    assert states[injected].injected_memory_ids == [3, 1, 2]
+    assert (states[both].memory_key_hash, states[both].injected_memory_ids) == ("b" * 64, [7])
+    assert states[odd].injected_memory_ids == [5, "junk", -1, 5]  # stored as it was
+    assert states[odd].injected_ids == [5]
+    assert not hasattr(Task(), "memory_key_hash") and not hasattr(Task(), "injected_memory_ids")
+
+    executor = _executor()
+    executor.migrate(BEFORE)
+    HistoricalTask = _executor().loader.project_state(BEFORE).apps.get_model("controlplane", "Task")
+    back = {
+        task.pk: (task.memory_key_hash, task.injected_memory_ids)
+        for task in HistoricalTask.objects.all()
+    }
+    assert back == {
+        running: ("a" * 64, []),
+        injected: ("", [3, 1, 2]),
+        both: ("b" * 64, [7]),
+        odd: ("", [5, "junk", -1, 5]),
+        rows["neither"].pk: ("", []),
+    }
+
+
+def test_a_running_turns_key_keeps_working_across_the_migration(before):
+    """The copy carries the claim's time the key is checked against."""
+    from automemory.services.task_keys import task_key_authenticate, task_key_new
+
+    minted = task_key_new()
+    User = before.get_model("auth", "User")
+    Project = before.get_model("controlplane", "Project")
+    Membership = before.get_model("controlplane", "Membership")
+    alice = User.objects.create(username="alice", is_active=True)
+    project = Project.objects.create(name="webapp", created_by=alice)
+    Membership.objects.create(project=project, user=alice, role="owner")
+    task = before.get_model("controlplane", "Task").objects.create(
+        project=project,
+        user=alice,
+        prompt="p",
+        status="running",
+        claimed_at=timezone.now(),
+        memory_key_hash=minted.key_hash,
+    )
+
+    _latest()
+
+    assert task_key_authenticate(key=minted.key).pk == task.pk
