@@ -1,4 +1,6 @@
-"""Memory text: the one place that cleans what a memory says and the keywords it is found by.
+"""Memory text: the one place that cleans what a memory says and the keywords it is found by,
+and that says a task's goal line (its first line) and goal key (under which one memory per
+goal stays active).
 
 Every text that becomes a memory (a model's answer, a consolidation's merged text) is cut to
 `AUTOMEMORY_MEMORY_MAX_CHARS`, cleaned of the memories injected into its task, and redacted;
@@ -6,6 +8,7 @@ keywords are short single lines, redacted, distinct, and never a redaction marke
 hand-written memory is refused when it holds a secret (`manual_memory_secret_problem`).
 """
 
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -18,6 +21,7 @@ from automemory.services.redactor import (
     redacted_slice,
     secret_kinds,
 )
+from controlplane.models import Task
 
 # Redact more than is kept, so a secret crossing a cut is still recognised whole.
 REDACTION_MARGIN_CHARS = 8192
@@ -26,6 +30,24 @@ MAX_KEYWORD_CHARS = 60
 _WHITESPACE = re.compile(r"\s+")
 # A keyword holding this (the redaction marker, bracketed or not) is dropped.
 REDACTED_WORD = REDACTED.strip("[]")
+
+
+def goal_line(task: Task) -> str:
+    """The first non-blank line of the goal, else of the prompt, whitespace-collapsed."""
+    for source in (task.goal, task.prompt):
+        for line in (source or "").splitlines():
+            collapsed = _WHITESPACE.sub(" ", line).strip()
+            if collapsed:
+                return collapsed
+    return ""
+
+
+def goal_key(task: Task) -> str:
+    """The identity of a task's goal: its first line trimmed, space-collapsed and case-folded.
+
+    Hashed so the key has a fixed size for the unique index whatever the line's length.
+    """
+    return hashlib.sha256(goal_line(task).casefold().encode("utf-8")).hexdigest()
 
 
 def cut(text: str, limit: int) -> str:

@@ -35,13 +35,13 @@ from automemory.models import (
     TaskAutoMemoryFlags,
 )
 from automemory.services.extraction.cursor import Point, changed_since, cursor_read
-from automemory.services.extraction.drafts import drafts_read
 from automemory.services.provenance import (
     NOTHING_INJECTED,
     Injected,
     PrivateTexts,
     injected_for,
 )
+from automemory.services.text import goal_key
 from controlplane.models import (
     IdentityMemory,
     MemorySource,
@@ -73,8 +73,12 @@ class Candidate:
     """One task on its way through the sweep's phases, with what they read of it.
 
     `changed` says it came from the read of tasks changed since the cursor (a task of that
-    read left for a later sweep holds the cursor back). `private` and `held_for_author` are
-    filled by the privacy phase for the tasks that reach drafting.
+    read left for a later sweep holds the cursor back); `extracted_before` that an earlier
+    sweep extracted it and it completed again since (only its external context is checked:
+    a memory whose task saw some later is retracted). `may_have_draft` says a paid draft may
+    be stored for it (one was read, or the user's extraction model may write one this
+    sweep). `private` and `held_for_author` are filled by the privacy phase for the tasks
+    that reach drafting.
     """
 
     task: Task
@@ -86,21 +90,15 @@ class Candidate:
     events: list[ExternalEvent] = field(default_factory=list)
     injected: Injected = NOTHING_INJECTED
     kept_draft: ExtractionDraft | None = None
+    may_have_draft: bool = False
+    goal_key: str = ""
     private: PrivateTexts | None = None
     # Set by the privacy phase: its memory is written held for the task's user.
     held_for_author: bool = False
+    extracted_before: bool = field(init=False)
 
-    @property
-    def may_have_draft(self) -> bool:
-        """Whether a paid draft may be stored for the task: one was read, or the user's
-        extraction model may write one this sweep."""
-        return self.kept_draft is not None or bool((self.prefs.extract_model or "").strip())
-
-    @property
-    def extracted_before(self) -> bool:
-        """Extracted by an earlier sweep and completed again since: only its external
-        context is checked (a memory whose task saw some later is retracted)."""
-        return self.log is not None and self.log.outcome == Outcome.EXTRACTED
+    def __post_init__(self) -> None:
+        self.extracted_before = self.log is not None and self.log.outcome == Outcome.EXTRACTED
 
 
 @dataclass
@@ -282,7 +280,8 @@ def _external_events(task_ids: list[int]) -> dict[int, list[ExternalEvent]]:
 
 def candidate_inputs_read(candidates: list[Candidate]) -> None:
     """Fill in what every phase reads of each candidate, in a fixed number of queries for
-    the whole batch (settings, flags, messages, events, injected memories, kept drafts)."""
+    the whole batch (settings, flags, messages, events, injected memories, kept drafts), and
+    its goal key."""
     if not candidates:
         return
     task_ids = [candidate.task.pk for candidate in candidates]
@@ -301,7 +300,7 @@ def candidate_inputs_read(candidates: list[Candidate]) -> None:
     )
     events = _external_events(task_ids)
     injected = injected_for([candidate.task for candidate in candidates])
-    drafts = drafts_read(task_ids)
+    drafts = {row.task_id: row for row in ExtractionDraft.objects.filter(task_id__in=task_ids)}
     for candidate in candidates:
         task = candidate.task
         candidate.prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(
@@ -312,3 +311,7 @@ def candidate_inputs_read(candidates: list[Candidate]) -> None:
         candidate.events = events.get(task.pk, [])
         candidate.injected = injected.get(task.pk, NOTHING_INJECTED)
         candidate.kept_draft = drafts.get(task.pk)
+        candidate.may_have_draft = candidate.kept_draft is not None or bool(
+            (candidate.prefs.extract_model or "").strip()
+        )
+        candidate.goal_key = goal_key(task)

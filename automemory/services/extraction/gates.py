@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from automemory import conf
 from automemory.models import AutoMemorySettings, Reason
 from automemory.services.extraction.candidates import Candidate, ExternalEvent
-from automemory.services.extraction.summary import Verdict, skipped
+from automemory.services.extraction.log import Verdict, skipped
 from automemory.services.preferences import effective_switch
 from automemory.services.redactor import marker_safe_end, redacted_slice
 from controlplane.services import quota as quota_service
@@ -24,6 +24,23 @@ logger = logging.getLogger(__name__)
 
 # How much of a search query or a server/tool name a log detail quotes.
 DETAIL_QUOTE_CHARS = 60
+
+
+def gates_check(
+    candidates: Sequence[Candidate], *, now: datetime, force: bool
+) -> tuple[list[Candidate], dict[int, Verdict]]:
+    """Every gate, in order, for a batch: the candidates that pass them all, and a verdict
+    per task id of those that fail one."""
+    verdicts: dict[int, Verdict] = {}
+    passed = []
+    for candidate in candidates:
+        verdict = early_gates(candidate, now=now, force=force)
+        if verdict is None:
+            passed.append(candidate)
+        else:
+            verdicts[candidate.task.pk] = verdict
+    verdicts.update(quota_gate(passed, now=now))
+    return [c for c in passed if c.task.pk not in verdicts], verdicts
 
 
 def early_gates(candidate: Candidate, *, now: datetime, force: bool) -> Verdict | None:

@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 
 from automemory import conf
 from automemory.services.extraction.deterministic import result_without_injected
-from automemory.services.extraction.drafts import MemoryDraft, NoDurableSignal, draft_keep
+from automemory.services.extraction.drafting import MemoryDraft, NoDurableSignal, draft_keep
 from automemory.services.llm import SweepModelCalls, model_json_call
 from automemory.services.provenance import Fingerprint, injected_text_removed
 from automemory.services.redactor import redact, redacted_slice
