@@ -79,6 +79,8 @@ class Walk:
     scopes: dict[str, str] = field(default_factory=dict)  # function name -> module path
     calls: list[str] = field(default_factory=list)
     scoped: dict[str, list[str]] = field(default_factory=dict)
+    functions: bool = False
+    names: list[str] = field(default_factory=list)  # module.function of each call
     _modules: dict[str, str | None] = field(default_factory=dict)
     _started: set[int] = field(default_factory=set)
     _keep: list = field(default_factory=list)
@@ -124,6 +126,8 @@ class Walk:
             if counted is None:
                 return
             self.calls.append(counted)
+            if self.functions:
+                self.names.append(f"{counted}.{code.co_name}")
             scope = self.scopes.get(code.co_name)
             if (
                 scope is not None
@@ -188,8 +192,12 @@ def report(title: str, calls: list[str]) -> None:
         print("  returns: " + ", ".join(f"{short(n)} {c}" for n, c in back.most_common()))
 
 
-def traced_sweep(root: Path, scopes: dict[str, str]) -> Walk:
-    walk = Walk(root=root, scopes={name: PIPELINE_MODULE for name in scopes.values()})
+def traced_sweep(root: Path, scopes: dict[str, str], *, functions: bool) -> Walk:
+    walk = Walk(
+        root=root,
+        scopes={name: PIPELINE_MODULE for name in scopes.values()},
+        functions=functions,
+    )
     sys.setprofile(walk.profile)
     try:
         summary = harness.sweep()
@@ -207,6 +215,9 @@ def main() -> None:
             default=function,
             help=f"the function of {PIPELINE_MODULE} walked as the {scope} (default {function})",
         )
+    parser.add_argument(
+        "--functions", action="store_true", help="also print each counted call's function"
+    )
     args = parser.parse_args()
     scopes = {scope: getattr(args, scope) for scope in SCOPES}
     with harness.run(args):
@@ -214,12 +225,12 @@ def main() -> None:
 
         server = FakeOpenAI().start()
         try:
-            run(server, scopes=scopes)
+            run(server, scopes=scopes, functions=args.functions)
         finally:
             server.stop()
 
 
-def run(server, *, scopes: dict[str, str]) -> None:
+def run(server, *, scopes: dict[str, str], functions: bool) -> None:
     from django.conf import settings
 
     from tests.automemory.fake_openai import answer
@@ -247,7 +258,7 @@ def run(server, *, scopes: dict[str, str]) -> None:
     harness.tasks_completed(
         project, user, 1, prompt="Explain the release checklist", start=10, result_text=None
     )
-    walks.append(("deterministic", traced_sweep(root, scopes)))
+    walks.append(("deterministic", traced_sweep(root, scopes, functions=functions)))
 
     from automemory.models import AutoMemorySettings
     from controlplane.models import IdentityMemory
@@ -271,13 +282,15 @@ def run(server, *, scopes: dict[str, str]) -> None:
     harness.tasks_completed(
         project, user, 1, prompt="Fix the staging deploy", start=20, result_text=deploy_result
     )
-    walks.append(("model", traced_sweep(root, scopes)))
+    walks.append(("model", traced_sweep(root, scopes, functions=functions)))
     assert len(server.completion_requests) == 2, server.completion_requests
 
     for title, walk in walks:
         report(f"{title}, whole sweep", walk.calls)
         for scope, function in scopes.items():
             report(f"{title}, {scope} ({function})", walk.scoped.get(function, []))
+        if walk.functions:
+            print("  calls: " + " ".join(short(name) for name in walk.names))
         print()
 
 

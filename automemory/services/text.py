@@ -6,6 +6,8 @@ Every text that becomes a memory (a model's answer, a consolidation's merged tex
 `AUTOMEMORY_MEMORY_MAX_CHARS`, cleaned of the memories injected into its task, and redacted;
 keywords are short single lines, redacted, distinct, and never a redaction marker. A
 hand-written memory is refused when it holds a secret (`manual_memory_secret_problem`).
+What the extraction model is shown of a task is cleaned the same way, a part at a time
+(`excerpt_clean`, `head_and_tail_clean`, `line_clean`).
 """
 
 import hashlib
@@ -18,6 +20,7 @@ from automemory.services.provenance import Fingerprint, injected_text_removed
 from automemory.services.redactor import (
     REDACTED,
     marker_safe_end,
+    redact,
     redacted_slice,
     secret_kinds,
 )
@@ -60,6 +63,38 @@ def cut(text: str, limit: int) -> str:
 def one_line(text: str, limit: int) -> str:
     """`text` on one line (white space collapsed), cut to `limit`."""
     return cut(_WHITESPACE.sub(" ", text).strip(), limit)
+
+
+def excerpt_clean(text: str, limit: int, *, fingerprints: Sequence[Fingerprint] = ()) -> str:
+    """The start of `text`, cleaned of injected memories, redacted, then cut to `limit`."""
+    window = injected_text_removed(
+        (text or "")[: limit + 2 * REDACTION_MARGIN_CHARS], fingerprints=fingerprints
+    )
+    return cut(redacted_slice(window, end=limit + REDACTION_MARGIN_CHARS), limit)
+
+
+def head_and_tail_clean(text: str, limit: int, *, fingerprints: Sequence[Fingerprint] = ()) -> str:
+    """`text` without injected memories, redacted; a long one keeps its first third and its
+    last two thirds of `limit` (the end of a result usually says what was learned)."""
+    text = injected_text_removed(text or "", fingerprints=fingerprints)
+    if len(text) <= limit:
+        return redact(text)
+    head_chars = limit // 3
+    tail_chars = limit - head_chars
+    # Redacted first, then cut: a secret crossing either cut is left out whole.
+    head = redacted_slice(text, end=head_chars)
+    tail = redacted_slice(text, start=len(text) - tail_chars)
+    left_out = len(text) - head_chars - tail_chars
+    return f"{head}\n[… {left_out} characters left out …]\n{tail}"
+
+
+def line_clean(text: str, limit: int, *, fingerprints: Sequence[Fingerprint] = ()) -> str:
+    """The start of `text` on one line, cleaned of injected memories and redacted (reading
+    up to 20 times `limit`), cut to `limit`."""
+    window = injected_text_removed(
+        text[: limit * 20 + REDACTION_MARGIN_CHARS], fingerprints=fingerprints
+    )
+    return one_line(redacted_slice(window, end=limit * 20), limit)
 
 
 def memory_text_clean(text: str, *, fingerprints: Sequence[Fingerprint] = ()) -> str:

@@ -8,6 +8,8 @@ the user's skips). Then one batch read builds a `Candidate` per task: its log ro
 user's settings, the task's flags, whether it received messages, its external events, what
 was injected into it and its kept draft. The phases read the candidate, never the database,
 for these; nothing is stamped onto model instances.
+
+Its goal key (`text.goal_key`) is computed once, when its texts are read.
 """
 
 from collections.abc import Iterable
@@ -35,8 +37,10 @@ from automemory.models import (
     TaskAutoMemoryFlags,
 )
 from automemory.services.extraction.cursor import Point, changed_since, cursor_read
+from automemory.services.preferences import effective_switch
 from automemory.services.provenance import (
     NOTHING_INJECTED,
+    Fingerprint,
     Injected,
     PrivateTexts,
     injected_for,
@@ -86,9 +90,13 @@ class Candidate:
     changed: bool
     prefs: AutoMemorySettings = field(default_factory=AutoMemorySettings)
     flags: TaskAutoMemoryFlags | None = None
+    # Whether the task may have a memory: its `generate_memories` flag, else the user's.
+    generate: bool = True
     received_message: bool = False
     events: list[ExternalEvent] = field(default_factory=list)
     injected: Injected = NOTHING_INJECTED
+    # `injected.fingerprints`: every fingerprint to remove from what the task wrote.
+    injected_fingerprints: list[Fingerprint] = field(default_factory=list)
     kept_draft: ExtractionDraft | None = None
     may_have_draft: bool = False
     goal_key: str = ""
@@ -170,6 +178,7 @@ def _examine(task_ids: Iterable[int], *, changed: bool) -> list[Candidate]:
         for candidate in kept:
             for name, value in zip(TASK_TEXTS, by_id[candidate.task.pk], strict=True):
                 setattr(candidate.task, name, value)
+            candidate.goal_key = goal_key(candidate.task)
     return kept
 
 
@@ -280,8 +289,7 @@ def _external_events(task_ids: list[int]) -> dict[int, list[ExternalEvent]]:
 
 def candidate_inputs_read(candidates: list[Candidate]) -> None:
     """Fill in what every phase reads of each candidate, in a fixed number of queries for
-    the whole batch (settings, flags, messages, events, injected memories, kept drafts), and
-    its goal key."""
+    the whole batch (settings, flags, messages, events, injected memories, kept drafts)."""
     if not candidates:
         return
     task_ids = [candidate.task.pk for candidate in candidates]
@@ -299,19 +307,24 @@ def candidate_inputs_read(candidates: list[Candidate]) -> None:
         .distinct()
     )
     events = _external_events(task_ids)
-    injected = injected_for([candidate.task for candidate in candidates])
     drafts = {row.task_id: row for row in ExtractionDraft.objects.filter(task_id__in=task_ids)}
+    tasks = []
     for candidate in candidates:
         task = candidate.task
+        tasks.append(task)
         candidate.prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(
             user_id=task.user_id
         )
         candidate.flags = flags_by_task.get(task.pk)
+        flag = candidate.flags.generate_memories if candidate.flags is not None else None
+        candidate.generate = effective_switch(flag, candidate.prefs.generate_memories)
         candidate.received_message = task.pk in messaged
         candidate.events = events.get(task.pk, [])
-        candidate.injected = injected.get(task.pk, NOTHING_INJECTED)
         candidate.kept_draft = drafts.get(task.pk)
         candidate.may_have_draft = candidate.kept_draft is not None or bool(
             (candidate.prefs.extract_model or "").strip()
         )
-        candidate.goal_key = goal_key(task)
+    injected = injected_for(tasks)
+    for candidate in candidates:
+        candidate.injected = injected.get(candidate.task.pk, NOTHING_INJECTED)
+        candidate.injected_fingerprints = candidate.injected.fingerprints

@@ -84,14 +84,15 @@ def memory_draft(candidate: Candidate, *, calls: SweepModelCalls) -> MemoryDraft
     if calls.used + model_steps(candidate) > calls.limit:
         raise ModelCallCapReached(f"this sweep's {calls.limit} model calls are used")
     task, prefs = candidate.task, candidate.prefs
-    injected = candidate.injected.fingerprints
     model = extract_model(prefs)
     if not model:
         return deterministic_draft(candidate)
     if draft_usable(candidate.kept_draft, task=task, model=model):
         return draft_from_kept(candidate.kept_draft)
     try:
-        return model_memory_draft(task, model=model, calls=calls, injected=injected)
+        return model_memory_draft(
+            task, model=model, calls=calls, injected=candidate.injected_fingerprints
+        )
     except (ModelUnavailable, MemoryBudgetExhausted) as exc:
         if not prefs.fallback_to_deterministic:
             raise
@@ -109,7 +110,7 @@ def memory_draft(candidate: Candidate, *, calls: SweepModelCalls) -> MemoryDraft
 
 def deterministic_draft(candidate: Candidate) -> MemoryDraft:
     """The configured deterministic strategy's text; `NoDurableSignal` when it is empty."""
-    content = render_memory_content(candidate.task, injected=candidate.injected.fingerprints)
+    content = render_memory_content(candidate.task, injected=candidate.injected_fingerprints)
     if not content.strip():
         raise NoDurableSignal("the result adds nothing to the goal")
     return MemoryDraft(content)

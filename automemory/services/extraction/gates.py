@@ -16,7 +16,6 @@ from automemory import conf
 from automemory.models import AutoMemorySettings, Reason
 from automemory.services.extraction.candidates import Candidate, ExternalEvent
 from automemory.services.extraction.log import Verdict, skipped
-from automemory.services.preferences import effective_switch
 from automemory.services.redactor import marker_safe_end, redacted_slice
 from controlplane.services import quota as quota_service
 
@@ -40,14 +39,18 @@ def gates_check(
         else:
             verdicts[candidate.task.pk] = verdict
     verdicts.update(quota_gate(passed, now=now))
-    return [c for c in passed if c.task.pk not in verdicts], verdicts
+    extractable = []
+    for candidate in passed:
+        if candidate.task.pk not in verdicts:
+            extractable.append(candidate)
+    return extractable, verdicts
 
 
 def early_gates(candidate: Candidate, *, now: datetime, force: bool) -> Verdict | None:
     """Gates 1 to 4; None when the task may go on to the quota gate."""
     task, prefs, flags = candidate.task, candidate.prefs, candidate.flags
-    flag = flags.generate_memories if flags is not None else None
-    if not effective_switch(flag, prefs.generate_memories):
+    if not candidate.generate:
+        flag = flags.generate_memories if flags is not None else None
         source = "task flag" if flag is not None else "user setting"
         return skipped(Reason.GENERATE_DISABLED, f"generate_memories off ({source})")
     if not force:

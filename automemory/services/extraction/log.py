@@ -8,7 +8,7 @@ of the tasks it answers for good. Errors back off from a minute to an hour;
 `model_unavailable` waits twice as long each time in a row, within its bounds.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -106,11 +106,6 @@ class SweepSummary:
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
         else:
             self.errors += 1
-
-    def count_all(self, verdicts: Iterable[Verdict]) -> None:
-        """Add each of the batch's verdicts."""
-        for verdict in verdicts:
-            self.count(verdict)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -62,7 +62,7 @@ def private_texts_read(candidates: Sequence[Candidate]) -> dict[int, Verdict]:
             fingerprints=[fp for user_id in owners for fp in by_user.get(user_id, [])] + recorded,
             unverifiable=candidate.injected.unrecorded,
         )
-        received_own = any(fp.scope == MemoryScope.USER for fp in candidate.injected.fingerprints)
+        received_own = any(fp.scope == MemoryScope.USER for fp in candidate.injected_fingerprints)
         others = members.get(task.project_id, set()) - {task.user_id}
         candidate.held_for_author = (
             received_own and bool(others) and not candidate.prefs.share_private_derived

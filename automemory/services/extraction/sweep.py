@@ -164,13 +164,15 @@ def _sweep(
         users = leases_take(lease, {user_lease_name(c.task.user_id) for c in candidates})
         waiting = [c for c in candidates if user_lease_name(c.task.user_id) not in users]
         candidates = [c for c in candidates if user_lease_name(c.task.user_id) in users]
+    calls = SweepModelCalls()
     try:
         deferred = waiting + _process(
-            candidates, lease=lease, now=now, force=force, summary=summary
+            candidates, lease=lease, calls=calls, now=now, force=force, summary=summary
         )
     finally:
         if user_id is None:
             leases_release(lease, lease.names - {GLOBAL})
+    summary.model_calls += calls.used
     summary.deferred += len(deferred)
     if not cursor_advance(
         name,
@@ -223,10 +225,20 @@ def _cursor_hold(deferred: Sequence[Candidate]) -> Point | None:
 
 
 def _process(
-    candidates: list[Candidate], *, lease: Lease, now: datetime, force: bool, summary: SweepSummary
+    candidates: list[Candidate],
+    *,
+    lease: Lease,
+    calls: SweepModelCalls,
+    now: datetime,
+    force: bool,
+    summary: SweepSummary,
 ) -> list[Candidate]:
     """Take the candidates through the phases, in order; log each. Returns those left
-    untouched (no log row written) for a later sweep: the model call cap, or the lease lost."""
+    untouched (no log row written) for a later sweep: the model call cap, or the lease lost.
+
+    Each phase is called once for the batch (candidates' inputs, retraction, gates, the
+    privacy read, the log) or once per candidate (`_extract`), and is handed what the
+    phases before it computed (on the candidate), never reading it again."""
     if not candidates:
         return []
     candidate_inputs_read(candidates)
@@ -242,7 +254,6 @@ def _process(
     extractable, verdicts = gates_check(fresh, now=now, force=force)
     verdicts.update(private_texts_read(extractable))
 
-    calls = SweepModelCalls()
     deferred = []
     for candidate in extractable:
         if candidate.task.pk in verdicts:
@@ -252,19 +263,19 @@ def _process(
             deferred.append(candidate)
         else:
             verdicts[candidate.task.pk] = verdict
-    summary.model_calls += calls.used
 
-    answered, with_drafts = [], set()
+    answered, with_drafts, observed = [], set(), []
     for candidate in fresh:
-        if candidate.task.pk in verdicts:
-            answered.append((candidate.task, verdicts[candidate.task.pk], candidate.log))
+        verdict = verdicts.get(candidate.task.pk)
+        if verdict is not None:
+            answered.append((candidate.task, verdict, candidate.log))
+            summary.count(verdict)
+            if not verdict.written_elsewhere:
+                observed.append((verdict.outcome, verdict.reason))
         if candidate.may_have_draft:
             with_drafts.add(candidate.task.pk)
     log_rows_write(answered, now=now, force=force, with_drafts=with_drafts)
-    summary.count_all(verdict for _, verdict, _ in answered)
-    metrics.extractions_observe(
-        verdicts=[(v.outcome, v.reason) for _, v, _ in answered if not v.written_elsewhere]
-    )
+    metrics.extractions_observe(verdicts=observed)
     return deferred
 
 

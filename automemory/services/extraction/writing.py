@@ -121,7 +121,8 @@ def extraction_write(
                     decision=decision,
                     held=held,
                 )
-                detail = "; ".join(part for part in (note, written.detail) if part)
+                detail = f"{note}; {written.detail}" if note and written.detail else note
+                detail = detail or written.detail
                 verdict = Verdict(
                     written.outcome,
                     written.reason,
@@ -235,6 +236,10 @@ def memory_decision_apply(
         _merge(task, usable[memory_id], text=decision.text, keywords=keywords)
         details.append(f"merged into memory {memory_id}")
     else:
+        later = current is not None and finished_later(current, task)
+        retired = [current.pk] if current is not None and not later else []
+        if action == Action.SUPERSEDE and not later:
+            retired += [pk for pk in decision.memory_ids if pk not in retired]
         memory = IdentityMemory(
             scope=MemoryScope.PROJECT,
             project_id=task.project_id,
@@ -248,10 +253,6 @@ def memory_decision_apply(
             visibility=visibility,
             **instruction_flag_fields(content),
         )
-        later = current is not None and finished_later(current, task)
-        retired = [current.pk] if current is not None and not later else []
-        if action == Action.SUPERSEDE and not later:
-            retired += [pk for pk in decision.memory_ids if pk not in retired]
         if later:
             memory.status, memory.superseded_by = MemoryStatus.SUPERSEDED, current
         elif current is not None:
