@@ -1,15 +1,20 @@
-"""The extraction sweep: completed, idle tasks become project memories. The pipeline, in order:
+"""The extraction sweep: completed, idle tasks become project memories. The pipeline, in order
+(one module per phase, each called once for the batch or once per task):
 
-1. lease        one sweeper at a time (`lease`): the global lease, or the user's own;
-2. candidates   tasks changed since the cursor, and the retry set (`candidates`), each read
-                once with everything the phases need;
-3. retraction   a memory whose task saw external context after it was written is withdrawn;
-4. gates        switch, idle, duration and length, external context, quota (`gates`);
-5. privacy      what a project memory of the task must never hold (`privacy`);
-6. drafting     the memory's text, by the model or the deterministic strategy (`drafting`);
-7. consolidation how it joins the project's memories, by the consolidation model;
-8. writing      the memory, its provenance and its log row, in one transaction (`writing`);
-9. log          every other verdict in one upsert (`log`); the cursor moves on (`cursor`).
+1. lease          one sweeper at a time (`lease`): the global lease, or the user's own;
+2. candidates     tasks changed since the cursor, and the retry set (`candidates`), each read
+                  once with everything the phases need (settings, switch, events, injected
+                  memories, kept draft, goal key);
+3. retraction     a memory whose task saw external context after it was written is withdrawn;
+4. gates          switch, idle, duration and length, external context, quota (`gates`);
+5. privacy read   what a project memory of the task must never hold, and consent; a task
+                  whose injected memories can no longer be checked is skipped (`privacy`);
+   then for each task that passed (`_extract`):
+6. drafting       the memory's text, by the model or the deterministic strategy (`drafting`);
+7. privacy        the draft holds no user-level memory's text (`privacy`);
+8. consolidation  how it joins the project's memories, by the consolidation model;
+9. writing        the memory, its provenance and its log row, in one transaction (`writing`);
+10. log           every other verdict in one upsert (`log`); the cursor moves on (`cursor`).
 
 A worker runs the global sweep from its sweeper thread (`GlobalSweeper`), never inside a
 round that claims tasks, so no claim waits for a model. The run endpoint and
