@@ -182,36 +182,7 @@ def memory_decision_apply(
     if decision.memory_id is not None:
         named.add(decision.memory_id)
     visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
-    goal_current = Q(
-        project_id=task.project_id,
-        goal_key=key,
-        source=MemorySource.AUTO,
-        status=MemoryStatus.ACTIVE,
-        visibility=visibility,
-    )
-    if held:
-        goal_current &= Q(created_by_id=task.user_id)
-    locked = list(
-        IdentityMemory.objects.select_for_update()
-        .filter(goal_current | Q(pk__in=named))
-        .order_by("pk")
-    )
-    usable = {
-        memory.pk: memory
-        for memory in locked
-        if memory.project_id == task.project_id
-        and memory.source == MemorySource.AUTO
-        and memory.status == MemoryStatus.ACTIVE
-        and _may_change(memory, task=task, held=held)
-    }
-    current = next(
-        (
-            m
-            for m in usable.values()
-            if m.goal_key == key and m.source_task_id != task.pk and m.visibility == visibility
-        ),
-        None,
-    )
+    locked, usable, current = _goal_locked(task, key=key, named=named, held=held)
     # What applies: the decision, or `add` when what it names changed meanwhile.
     action, details = decision.action, []
     gone = sorted(named - set(usable))
@@ -283,6 +254,46 @@ def memory_decision_apply(
                 0, "held for its author until shared (the task received their own memories)"
             )
     return WriteResult(outcome, reason, memory_id, superseded, "; ".join(details))
+
+
+def _goal_locked(
+    task: Task, *, key: str, named: set[int], held: bool
+) -> tuple[list[IdentityMemory], dict[int, IdentityMemory], IdentityMemory | None]:
+    """Lock, in id order, the goal's active memory and the memories a decision names; return
+    them, those of them this write may change (by id), and the goal's active memory of the
+    write's visibility (`current`; held: the author's own; None: none)."""
+    visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
+    goal_current = Q(
+        project_id=task.project_id,
+        goal_key=key,
+        source=MemorySource.AUTO,
+        status=MemoryStatus.ACTIVE,
+        visibility=visibility,
+    )
+    if held:
+        goal_current &= Q(created_by_id=task.user_id)
+    locked = list(
+        IdentityMemory.objects.select_for_update()
+        .filter(goal_current | Q(pk__in=named))
+        .order_by("pk")
+    )
+    usable = {
+        memory.pk: memory
+        for memory in locked
+        if memory.project_id == task.project_id
+        and memory.source == MemorySource.AUTO
+        and memory.status == MemoryStatus.ACTIVE
+        and _may_change(memory, task=task, held=held)
+    }
+    current = next(
+        (
+            m
+            for m in usable.values()
+            if m.goal_key == key and m.source_task_id != task.pk and m.visibility == visibility
+        ),
+        None,
+    )
+    return locked, usable, current
 
 
 def _may_change(memory: IdentityMemory, *, task: Task, held: bool) -> bool:
