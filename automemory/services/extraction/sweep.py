@@ -50,8 +50,8 @@ from automemory.services.extraction.lease import (
     lease_keep,
     lease_wait,
     leases_release,
-    leases_take,
     user_lease_name,
+    user_leases_take,
 )
 from automemory.services.extraction.log import SweepSummary, Verdict, log_rows_write, skipped
 from automemory.services.extraction.privacy import (
@@ -166,9 +166,9 @@ def _sweep(
     candidates, waiting = read.candidates, []
     if user_id is None and candidates:
         # The users whose own sweep is running now are left for a later sweep.
-        users = leases_take(lease, {user_lease_name(c.task.user_id) for c in candidates})
-        waiting = [c for c in candidates if user_lease_name(c.task.user_id) not in users]
-        candidates = [c for c in candidates if user_lease_name(c.task.user_id) in users]
+        users = user_leases_take(lease, {c.task.user_id for c in candidates})
+        waiting = [c for c in candidates if c.task.user_id not in users]
+        candidates = [c for c in candidates if c.task.user_id in users]
     calls = SweepModelCalls()
     try:
         deferred = waiting + _process(
