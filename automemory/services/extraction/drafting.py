@@ -1,28 +1,58 @@
-"""Drafting: what a task's memory says, by the model or by the deterministic strategy.
+"""Drafting: what a task's memory says (`MemoryDraft`), by the model or the deterministic
+strategy, and the paid drafts kept until they are written.
 
 With the user's `extract_model`, the model writes the draft (`model.model_memory_draft`),
 unless the task has a paid draft kept from an earlier sweep (same model, task unchanged);
 the model's failures are raised, except that `fallback_to_deterministic` turns an
 unavailable model or a spent budget into the deterministic text, which the log detail then
-says. Without a model, the configured deterministic strategy writes it. `NoDurableSignal`
-says there is nothing to remember.
+says. Without a model, the configured deterministic strategy writes it
+(`deterministic.render_memory_content`). `NoDurableSignal` says there is nothing to remember.
+
+A draft the extraction model wrote was paid for, so it is stored (`ExtractionDraft`) in the
+transaction that records the call in the ledger, and deleted in the one that writes the
+task's memory and log row (`writing`) or by the log when the task is settled otherwise: a
+sweep that dies in between, or whose consolidation step fails, leaves it for the next sweep,
+which uses it instead of paying again while the task and the model are unchanged.
 """
 
 import logging
+from dataclasses import dataclass, field
 
-from automemory.models import AutoMemorySettings, Reason
+from automemory.models import AutoMemorySettings, ExtractionDraft, Reason
 from automemory.services.extraction.candidates import Candidate
 from automemory.services.extraction.deterministic import render_memory_content
-from automemory.services.extraction.drafts import (
-    MemoryDraft,
-    NoDurableSignal,
-    draft_from_kept,
-    draft_usable,
+from automemory.services.llm import (
+    MemoryBudgetExhausted,
+    ModelCallCapReached,
+    ModelUnavailable,
+    SweepModelCalls,
 )
-from automemory.services.extraction.model import model_memory_draft
-from automemory.services.llm import MemoryBudgetExhausted, ModelUnavailable, SweepModelCalls
+from controlplane.models import Task
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MemoryDraft:
+    """The memory's text and keywords, as the writer receives them.
+
+    `content` is redacted and free of injected memories (still checked for private text
+    before it is written); `keywords` come cleaned from the extraction model (none from the
+    deterministic strategy); `note` is a line for the task's log detail (the deterministic
+    text was written because the model was away, the extraction was kept from an earlier
+    sweep); `kind` is the extraction model's kind of fact (`model.KINDS`; "" when not
+    known: the memory table does not keep it).
+    """
+
+    content: str
+    keywords: list[str] = field(default_factory=list)
+    note: str = ""
+    kind: str = ""
+
+
+class NoDurableSignal(Exception):
+    """The task holds nothing worth remembering (the model's judgement, or a result that
+    adds nothing to the goal); the message says why, redacted."""
 
 
 def extract_model(prefs: AutoMemorySettings) -> str:
@@ -45,16 +75,24 @@ def model_steps(candidate: Candidate) -> int:
 
 def memory_draft(candidate: Candidate, *, calls: SweepModelCalls) -> MemoryDraft:
     """The task's draft (see the module's docstring); raises `NoDurableSignal` or the model
-    client's exceptions."""
+    client's exceptions, and `ModelCallCapReached` before any call when the task's model
+    calls (extraction and consolidation) do not all fit under the sweep's cap: an extraction
+    paid now and a consolidation refused would wait anyway, so the task is left whole."""
+    # The model strategy builds drafts of this module's types: imported where it is called.
+    from automemory.services.extraction.model import model_memory_draft
+
+    if calls.used + model_steps(candidate) > calls.limit:
+        raise ModelCallCapReached(f"this sweep's {calls.limit} model calls are used")
     task, prefs = candidate.task, candidate.prefs
-    injected = candidate.injected.fingerprints
     model = extract_model(prefs)
     if not model:
         return deterministic_draft(candidate)
     if draft_usable(candidate.kept_draft, task=task, model=model):
         return draft_from_kept(candidate.kept_draft)
     try:
-        return model_memory_draft(task, model=model, calls=calls, injected=injected)
+        return model_memory_draft(
+            task, model=model, calls=calls, injected=candidate.injected_fingerprints
+        )
     except (ModelUnavailable, MemoryBudgetExhausted) as exc:
         if not prefs.fallback_to_deterministic:
             raise
@@ -72,7 +110,38 @@ def memory_draft(candidate: Candidate, *, calls: SweepModelCalls) -> MemoryDraft
 
 def deterministic_draft(candidate: Candidate) -> MemoryDraft:
     """The configured deterministic strategy's text; `NoDurableSignal` when it is empty."""
-    content = render_memory_content(candidate.task, injected=candidate.injected.fingerprints)
+    content = render_memory_content(candidate.task, injected=candidate.injected_fingerprints)
     if not content.strip():
         raise NoDurableSignal("the result adds nothing to the goal")
     return MemoryDraft(content)
+
+
+# --- Paid drafts kept until written ----------------------------------------------------------
+
+
+def draft_usable(row: ExtractionDraft | None, *, task: Task, model: str) -> bool:
+    """Whether a kept draft still answers for `task`: same extraction model, task unchanged."""
+    return row is not None and row.extract_model == model and row.task_updated_at == task.updated_at
+
+
+def draft_from_kept(row: ExtractionDraft) -> MemoryDraft:
+    """The kept draft as the writer takes it; `NoDurableSignal` when the model declined."""
+    if not row.content:
+        raise NoDurableSignal(row.declined_reason)
+    return MemoryDraft(
+        row.content, list(row.keywords or []), "extraction kept from an earlier sweep"
+    )
+
+
+def draft_keep(*, task: Task, model: str, draft: MemoryDraft | None, declined: str = "") -> None:
+    """Store a paid extraction (`draft`, or None with why the model declined) for `task`."""
+    ExtractionDraft.objects.update_or_create(
+        task_id=task.pk,
+        defaults={
+            "extract_model": model,
+            "task_updated_at": task.updated_at,
+            "content": draft.content if draft is not None else "",
+            "keywords": list(draft.keywords) if draft is not None else [],
+            "declined_reason": declined if draft is None else "",
+        },
+    )

@@ -20,15 +20,15 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from automemory import conf
-from automemory.services.extraction.deterministic import result_without_injected
-from automemory.services.extraction.drafts import MemoryDraft, NoDurableSignal, draft_keep
+from automemory.services.extraction.drafting import MemoryDraft, NoDurableSignal, draft_keep
 from automemory.services.llm import SweepModelCalls, model_json_call
-from automemory.services.provenance import Fingerprint, injected_text_removed
-from automemory.services.redactor import redact, redacted_slice
+from automemory.services.provenance import Fingerprint
+from automemory.services.redactor import redacted_slice
 from automemory.services.text import (
-    REDACTION_MARGIN_CHARS,
-    cut,
+    excerpt_clean,
+    head_and_tail_clean,
     keywords_clean,
+    line_clean,
     memory_text_clean,
     one_line,
 )
@@ -117,36 +117,21 @@ def extraction_messages(task: Task, *, injected: Sequence[Fingerprint] = ()) -> 
 
 def task_document(task: Task, *, injected: Sequence[Fingerprint] = ()) -> dict[str, Any]:
     """What the model may read of `task`: each part cut to its budget, cleaned of the
-    memories injected into the task, then redacted."""
-
-    def cleaned(text: str, limit: int) -> str:
-        window = injected_text_removed(
-            (text or "")[: limit + 2 * REDACTION_MARGIN_CHARS], fingerprints=injected
-        )
-        return cut(redacted_slice(window, end=limit + REDACTION_MARGIN_CHARS), limit)
-
+    memories injected into the task, then redacted (`text`)."""
+    events = _event_lines(task, injected=injected)
     return {
-        "goal": cleaned(task.goal or "", conf.get("MODEL_INPUT_GOAL_CHARS")),
-        "prompt": cleaned(task.prompt or "", conf.get("MODEL_INPUT_PROMPT_CHARS")),
-        "result": _result_excerpt(task, injected=injected),
-        "events": _event_lines(task, injected=injected),
+        "goal": excerpt_clean(
+            task.goal or "", conf.get("MODEL_INPUT_GOAL_CHARS"), fingerprints=injected
+        ),
+        "prompt": excerpt_clean(
+            task.prompt or "", conf.get("MODEL_INPUT_PROMPT_CHARS"), fingerprints=injected
+        ),
+        # A long result keeps its first third and its last two thirds.
+        "result": head_and_tail_clean(
+            task.result_text or "", conf.get("MODEL_INPUT_RESULT_CHARS"), fingerprints=injected
+        ),
+        "events": events,
     }
-
-
-def _result_excerpt(task: Task, *, injected: Sequence[Fingerprint]) -> str:
-    """The result without injected memories, redacted; a long one keeps its first third and
-    its last two thirds of the budget (the end usually says what was learned)."""
-    limit = conf.get("MODEL_INPUT_RESULT_CHARS")
-    result = result_without_injected(task, injected=injected)
-    if len(result) <= limit:
-        return redact(result)
-    head_chars = limit // 3
-    tail_chars = limit - head_chars
-    # Redacted first, then cut: a secret crossing either cut is left out whole.
-    head = redacted_slice(result, end=head_chars)
-    tail = redacted_slice(result, start=len(result) - tail_chars)
-    left_out = len(result) - head_chars - tail_chars
-    return f"{head}\n[… {left_out} characters left out …]\n{tail}"
 
 
 def _event_lines(task: Task, *, injected: Sequence[Fingerprint]) -> list[dict[str, Any]]:
@@ -163,12 +148,9 @@ def _event_lines(task: Task, *, injected: Sequence[Fingerprint]) -> list[dict[st
             if isinstance(value, bool | int | float):
                 event[str(name)[:40]] = value
             elif isinstance(value, str):
-                text = injected_text_removed(
-                    value[: EVENT_FIELD_MAX_CHARS * 20 + REDACTION_MARGIN_CHARS],
-                    fingerprints=injected,
+                event[str(name)[:40]] = line_clean(
+                    value, EVENT_FIELD_MAX_CHARS, fingerprints=injected
                 )
-                text = redacted_slice(text, end=EVENT_FIELD_MAX_CHARS * 20)
-                event[str(name)[:40]] = one_line(text, EVENT_FIELD_MAX_CHARS)
         events.append(event)
     return events
 
@@ -203,13 +185,17 @@ def model_memory_draft(
     exceptions when the call fails.
     """
 
+    drafted: list[MemoryDraft | NoDurableSignal] = []
+
     def keep(answer: dict) -> None:
         try:
             draft = answer_draft(answer, injected=injected)
         except NoDurableSignal as declined:
             draft_keep(task=task, model=model, draft=None, declined=str(declined))
+            drafted.append(declined)
         else:
             draft_keep(task=task, model=model, draft=draft)
+            drafted.append(draft)
 
     system, user = extraction_messages(task, injected=injected)
     answer = model_json_call(
@@ -225,4 +211,8 @@ def model_memory_draft(
         calls=calls,
         keep_answer=keep,
     )
-    return answer_draft(answer, injected=injected)
+    # The answer was drafted once, when it was kept with its ledger row.
+    draft = drafted[-1] if drafted else answer_draft(answer, injected=injected)
+    if isinstance(draft, NoDurableSignal):
+        raise draft
+    return draft
