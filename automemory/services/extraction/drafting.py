@@ -1,7 +1,7 @@
 """Drafting: what a task's memory says (`MemoryDraft`), by the model or the deterministic
 strategy, and the paid drafts kept until they are written.
 
-With the user's `extract_model`, the model writes the draft (`model.model_memory_draft`),
+With the user's `extract_model`, the model writes the draft (`model_draft`, the call in `model`),
 unless the task has a paid draft kept from an earlier sweep (same model, task unchanged);
 the model's failures are raised, except that `fallback_to_deterministic` turns an
 unavailable model or a spent budget into the deterministic text, which the log detail then
@@ -16,17 +16,27 @@ which uses it instead of paying again while the task and the model are unchanged
 """
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from automemory.models import AutoMemorySettings, ExtractionDraft, Reason
 from automemory.services.extraction.candidates import Candidate
 from automemory.services.extraction.deterministic import render_memory_content
+from automemory.services.extraction.model import (
+    KINDS,
+    MAX_KEYWORDS,
+    REASON_MAX_CHARS,
+    model_answer,
+)
 from automemory.services.llm import (
     MemoryBudgetExhausted,
     ModelCallCapReached,
     ModelUnavailable,
     SweepModelCalls,
 )
+from automemory.services.provenance import Fingerprint
+from automemory.services.redactor import redacted_slice
+from automemory.services.text import keywords_clean, memory_text_clean, one_line
 from controlplane.models import Task
 
 logger = logging.getLogger(__name__)
@@ -78,9 +88,6 @@ def memory_draft(candidate: Candidate, *, calls: SweepModelCalls) -> MemoryDraft
     client's exceptions, and `ModelCallCapReached` before any call when the task's model
     calls (extraction and consolidation) do not all fit under the sweep's cap: an extraction
     paid now and a consolidation refused would wait anyway, so the task is left whole."""
-    # The model strategy builds drafts of this module's types: imported where it is called.
-    from automemory.services.extraction.model import model_memory_draft
-
     if calls.used + model_steps(candidate) > calls.limit:
         raise ModelCallCapReached(f"this sweep's {calls.limit} model calls are used")
     task, prefs = candidate.task, candidate.prefs
@@ -90,9 +97,7 @@ def memory_draft(candidate: Candidate, *, calls: SweepModelCalls) -> MemoryDraft
     if draft_usable(candidate.kept_draft, task=task, model=model):
         return draft_from_kept(candidate.kept_draft)
     try:
-        return model_memory_draft(
-            task, model=model, calls=calls, injected=candidate.injected_fingerprints
-        )
+        return model_draft(task, model=model, calls=calls, injected=candidate.injected_fingerprints)
     except (ModelUnavailable, MemoryBudgetExhausted) as exc:
         if not prefs.fallback_to_deterministic:
             raise
@@ -106,6 +111,49 @@ def memory_draft(candidate: Candidate, *, calls: SweepModelCalls) -> MemoryDraft
         )
         draft = deterministic_draft(candidate)
         return MemoryDraft(draft.content, note=f"deterministic text written ({reason}: {exc})")
+
+
+def model_draft(
+    task: Task, *, model: str, calls: SweepModelCalls | None, injected: Sequence[Fingerprint] = ()
+) -> MemoryDraft:
+    """The memory `model` writes for `task`, kept as the task's draft when it is paid for
+    (with the call's ledger row). Raises `NoDurableSignal` when the model judges nothing
+    worth remembering, and the `llm` exceptions when the call fails."""
+    drafted: list[MemoryDraft | NoDurableSignal] = []
+
+    def keep(answer: dict) -> None:
+        try:
+            draft = answer_draft(answer, injected=injected)
+        except NoDurableSignal as declined:
+            draft_keep(task=task, model=model, draft=None, declined=str(declined))
+            drafted.append(declined)
+        else:
+            draft_keep(task=task, model=model, draft=draft)
+            drafted.append(draft)
+
+    answer = model_answer(task, model=model, calls=calls, keep_answer=keep, injected=injected)
+    # The answer was drafted once, when it was kept with its ledger row.
+    draft = drafted[-1] if drafted else answer_draft(answer, injected=injected)
+    if isinstance(draft, NoDurableSignal):
+        raise draft
+    return draft
+
+
+def answer_draft(answer: dict, *, injected: Sequence[Fingerprint] = ()) -> MemoryDraft:
+    """The model's answer as a draft: its memory and keywords cut, cleaned of the task's
+    injected memories and redacted. `NoDurableSignal` when it declined (or wrote nothing)."""
+    reason = one_line(redacted_slice(answer["reason"], end=REASON_MAX_CHARS * 4), REASON_MAX_CHARS)
+    if not answer["worth_remembering"]:
+        raise NoDurableSignal(f"the model found nothing durable: {reason}" if reason else "")
+    memory = memory_text_clean(answer["memory"], fingerprints=injected)
+    if not memory:
+        raise NoDurableSignal("the model's memory was empty")
+    kind = answer.get("kind") if answer.get("kind") in KINDS else ""
+    return MemoryDraft(
+        content=memory,
+        keywords=keywords_clean(answer["keywords"], limit=MAX_KEYWORDS),
+        kind=kind if kind != "none" else "",
+    )
 
 
 def deterministic_draft(candidate: Candidate) -> MemoryDraft:

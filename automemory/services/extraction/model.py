@@ -20,17 +20,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from automemory import conf
-from automemory.services.extraction.drafting import MemoryDraft, NoDurableSignal, draft_keep
 from automemory.services.llm import SweepModelCalls, model_json_call
 from automemory.services.provenance import Fingerprint
-from automemory.services.redactor import redacted_slice
 from automemory.services.text import (
     excerpt_clean,
     head_and_tail_clean,
-    keywords_clean,
     line_clean,
-    memory_text_clean,
-    one_line,
 )
 from controlplane.models import Task, TaskEvent, UsageKind
 
@@ -155,50 +150,19 @@ def _event_lines(task: Task, *, injected: Sequence[Fingerprint]) -> list[dict[st
     return events
 
 
-def answer_draft(answer: dict, *, injected: Sequence[Fingerprint] = ()) -> MemoryDraft:
-    """The model's answer as a draft: its memory and keywords cut, cleaned of the task's
-    injected memories and redacted. `NoDurableSignal` when it declined (or wrote nothing)."""
-    reason = one_line(redacted_slice(answer["reason"], end=REASON_MAX_CHARS * 4), REASON_MAX_CHARS)
-    if not answer["worth_remembering"]:
-        raise NoDurableSignal(f"the model found nothing durable: {reason}" if reason else "")
-    memory = memory_text_clean(answer["memory"], fingerprints=injected)
-    if not memory:
-        raise NoDurableSignal("the model's memory was empty")
-    kind = answer.get("kind") if answer.get("kind") in KINDS else ""
-    return MemoryDraft(
-        content=memory,
-        keywords=keywords_clean(answer["keywords"], limit=MAX_KEYWORDS),
-        kind=kind if kind != "none" else "",
-    )
-
-
-def model_memory_draft(
+def model_answer(
     task: Task,
     *,
     model: str,
     calls: SweepModelCalls | None,
+    keep_answer,
     injected: Sequence[Fingerprint] = (),
-) -> MemoryDraft:
-    """The memory `model` writes for `task`, kept as the task's draft when it is paid for.
-
-    Raises `NoDurableSignal` when the model judges nothing worth remembering, and the `llm`
-    exceptions when the call fails.
-    """
-
-    drafted: list[MemoryDraft | NoDurableSignal] = []
-
-    def keep(answer: dict) -> None:
-        try:
-            draft = answer_draft(answer, injected=injected)
-        except NoDurableSignal as declined:
-            draft_keep(task=task, model=model, draft=None, declined=str(declined))
-            drafted.append(declined)
-        else:
-            draft_keep(task=task, model=model, draft=draft)
-            drafted.append(draft)
-
+) -> dict:
+    """The answer `model` gives about `task` (validated against `EXTRACTION_SCHEMA`);
+    `keep_answer(answer)` runs in the transaction that records the call in the ledger, so
+    a paid answer is kept with it. Raises the `llm` exceptions when the call fails."""
     system, user = extraction_messages(task, injected=injected)
-    answer = model_json_call(
+    return model_json_call(
         # Only the user's id is read: no query for the user row.
         user=get_user_model()(pk=task.user_id),
         task=task,
@@ -209,10 +173,5 @@ def model_memory_draft(
         schema_name=EXTRACTION_SCHEMA_NAME,
         schema=EXTRACTION_SCHEMA,
         calls=calls,
-        keep_answer=keep,
+        keep_answer=keep_answer,
     )
-    # The answer was drafted once, when it was kept with its ledger row.
-    draft = drafted[-1] if drafted else answer_draft(answer, injected=injected)
-    if isinstance(draft, NoDurableSignal):
-        raise draft
-    return draft
