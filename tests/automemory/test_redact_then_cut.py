@@ -12,7 +12,8 @@ import pytest
 from automemory.models import AutoMemoryLog
 from automemory.services.extraction.consolidation import decision_parse
 from automemory.services.extraction.deterministic import memory_content
-from automemory.services.extraction.model import answer_draft, task_document
+from automemory.services.extraction.drafting import answer_draft
+from automemory.services.extraction.model import task_document
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.redactor import (
     REDACTED,
