@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from worker.codex.session_store import codex_sessions_prune
+from worker.codex.session_store import session_records_prune
 
 
 class Command(BaseCommand):
@@ -31,7 +31,7 @@ class Command(BaseCommand):
         if idle_days is not None and idle_days < 1:
             raise CommandError("--idle-days must be at least 1")
         now = timezone.now()
-        report = codex_sessions_prune(
+        report = session_records_prune(
             idle_before=now - timedelta(days=idle_days) if idle_days is not None else None,
             orphans=not no_orphans,
             dry_run=dry_run,
@@ -39,6 +39,6 @@ class Command(BaseCommand):
         )
         verb = "would delete" if dry_run else "deleted"
         self.stdout.write(
-            f"stored codex sessions: {verb} {report.sessions_deleted} sessions and "
+            f"stored codex sessions: {verb} {report.records_deleted} sessions and "
             f"{report.objects_deleted} objects"
         )
