@@ -86,9 +86,11 @@ class SessionStorage(models.TextChoices):
 
 
 class CodexSession(models.Model):
-    """A stored codex session: one agent thread's files, kept centrally after every turn.
+    """A codex thread's session record: its session files, kept centrally after every turn.
 
-    The session (rollout) files the CLI wrote for the thread, as one gzip-compressed tar (see
+    Written and read only by the session store (`worker.codex.session_store`); the model is
+    here because Django finds an app's models in its `models` module. The session (rollout)
+    files the CLI wrote for the thread, as one gzip-compressed tar (the session archive, see
     `worker.codex.session_files`), held in `data` or in object storage under
     `object_name`. Any worker that resumes the thread restores it into its own `CODEX_HOME`.
     `sha256` and `size` describe the thread's latest files, also when they could not be held

@@ -211,7 +211,7 @@ def test_prune_deletes_idle_sessions_and_objects_no_row_names(
     assert CodexSession.objects.count() == 1
     CodexSession.objects.update(updated_at=timezone.now() - timedelta(days=2))
     call_command("codex_sessions_prune", "--idle-days", "1")
-    assert "deleted 1 sessions and 1 objects" in capsys.readouterr().out
+    assert "deleted 1 records and 1 objects" in capsys.readouterr().out
     assert (CodexSession.objects.count(), bucket_keys(session_bucket)) == (0, [])
 
 

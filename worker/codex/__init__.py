@@ -5,7 +5,7 @@
 - `usage`: a turn's own token usage, from the CLI's session files or its report, and its price;
 - `mcp_config`: the `memory` MCP server as codex is told of it (`-c` overrides);
 - `session_files`: the CLI's session files of a thread, and their archive (no database);
-- `session_store`: stored sessions (`CodexSession` rows, object storage), `SessionStore`
+- `session_store`: session records (`CodexSession` rows, their archives), `SessionStore`
   that stores and restores them around a run, and their retention.
 """
 

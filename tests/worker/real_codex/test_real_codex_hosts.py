@@ -20,7 +20,7 @@ PROMPTS = ("Fix the login bug", "Add a test", "Update the changelog")
 
 @pytest.fixture(params=["database", "object"])
 def storage(request):
-    """Where stored sessions go: the database, or a bucket of the local S3 server."""
+    """Where session records keep their archives: the database, or a local S3 bucket."""
     if request.param == "object":
         return request.getfixturevalue("session_bucket")
     return None
