@@ -20,7 +20,7 @@ class WorkerProcess(models.Model):
         max_length=64,
         blank=True,
         default="",
-        db_default="",  # workers of the previous release insert rows without it
+        db_default="",  # an insert that leaves the column out (a worker without it) gets ""
         help_text="SHA-256 of the code it started with (worker/code_signature.py).",
     )
 

@@ -1074,7 +1074,7 @@ def _syntax_positives(g: _Gen) -> list[Sample]:
     ]:
         for make in values[:2] + values[6:]:
             value = make()
-            out.append(Sample("spec-minimum", "short", tmpl.replace("{v}", value), (value,)))
+            out.append(Sample("minimum-form", "short", tmpl.replace("{v}", value), (value,)))
     # Kubernetes Secrets: every data/stringData value, whatever the key
     for _ in range(4):
         a, b, d = g.chars(B64, 44) + "=", g.chars(B64, 24), g.password()
