@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
+from datetime import datetime
 
 from django.utils import timezone
 
@@ -25,19 +26,32 @@ from controlplane import selectors
 from controlplane.logging import log_context
 from controlplane.models import Task
 from worker import faults, metrics, services
-from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult
+from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult, Executor
 from worker.executors.base import RunHolder, TokenUsage
 from worker.reports import RunReport
 from worker.threads import Heartbeat
 from worker.workspace import Workspace, workspace_close
 from worker.workspace.checkouts import TurnChanges
-from worker.workspace_steps import TaskLost
+from worker.workspace_steps import TaskLost, WorkspaceSteps
 
 logger = logging.getLogger("worker.loop")
 
 
 class TurnSteps:
     """Run one claimed task's turn (`run_one`) and its steps; mixed into `Worker`."""
+
+    # What these steps read of the worker (set by `Worker.__init__`).
+    executor: Executor
+    worker_id: str
+    actor_label: str
+    heartbeat_seconds: float
+    progress_log_seconds: float
+    finish_retry_seconds: float
+    workspaces: WorkspaceSteps
+    aborting: bool
+    _outage: faults.Outage
+    _control: ExecutionControl | None
+    _claimed_at: datetime | None
 
     def run_one(self, claim: services.Claim) -> RunReport:
         """Run one claimed task to its end (completed, failed, refused or re-queued)."""
