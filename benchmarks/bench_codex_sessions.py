@@ -1,4 +1,4 @@
-"""Benchmark: stored codex sessions, stored after every turn and restored on another host.
+"""Benchmark: codex session records, written after every turn and restored on another host.
 
 Two parts, on the database named (a throwaway SQLite file, or a throwaway PostgreSQL
 database) and, with --s3, in a real S3-compatible server (moto's server mode) on 127.0.0.1:
