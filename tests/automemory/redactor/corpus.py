@@ -1311,7 +1311,7 @@ def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
 
 
 # The syntax part's seed suffix: a generator of its own, so the other parts' samples do not
-# depend on it (recall and false positives of docs/redaction.md are the same under any seed).
+# depend on it.
 SYNTAX_SEED_SUFFIX = "-syntax"
 
 
