@@ -1,4 +1,5 @@
-"""Admin pages for auto memory settings, per-task flags and the extraction log (read-only).
+"""Admin pages for auto memory settings, per-task flags, the extraction log and the memories'
+usage (read-only).
 
 Settings and flags are saved through the same services as the API's
 (`automemory.services.preferences`), so a change made here also has the next sweep look again
@@ -12,6 +13,7 @@ from automemory.models import (
     AutoMemoryLog,
     AutoMemorySettings,
     ExtractionDraft,
+    MemoryState,
     SweepState,
     TaskAutoMemoryFlags,
 )
@@ -80,6 +82,33 @@ class TaskAutoMemoryFlagsAdmin(admin.ModelAdmin):
         saved = flags_set(task=obj.task, actor=request.user, changes=changes, operator=True)
         obj.pk, obj.updated_by = saved.pk, saved.updated_by
         obj.created_at, obj.updated_at = saved.created_at, saved.updated_at
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(MemoryState)
+class MemoryStateAdmin(admin.ModelAdmin):
+    """Each memory's usage counters and report hold, as the injector and feedback wrote them
+    (read-only: they count what tasks did)."""
+
+    list_display = [
+        "memory",
+        "injection_count",
+        "last_injected_at",
+        "cite_count",
+        "report_count",
+        "report_hold_at",
+    ]
+    list_filter = [("report_hold_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["memory"]
+    search_fields = ["memory__id", "memory__content"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False

@@ -10,12 +10,20 @@ class AutoMemoryConfig(AppConfig):
         from automemory import checks  # noqa: F401  (registers the system checks)
         from automemory.models import task_injected_ids
         from automemory.services.feedback import reports_close
+        from automemory.services.memory_state import (
+            memory_held_by_report,
+            memory_report_hold_release,
+            memory_row_extras,
+        )
         from automemory.services.text import manual_memory_secret_problem
         from automemory.services.transcripts import private_notes_removed
-        from controlplane.access import task_related_register
+        from controlplane.access import related_register
+        from controlplane.models import IdentityMemory, Task
+        from controlplane.selectors import memory_row_extra_register
         from controlplane.services.memories import (
             memory_approved_hook_register,
             memory_content_check_register,
+            memory_hold_register,
         )
         from controlplane.services.tasks import (
             task_injected_ids_reader_register,
@@ -30,7 +38,13 @@ class AutoMemoryConfig(AppConfig):
         task_text_filter_register(private_notes_removed)
         # The task API lists the memories injected into a task (kept in auto memory's row).
         task_injected_ids_reader_register(task_injected_ids)
-        task_related_register("auto_memory_state")
+        related_register(Task, "auto_memory_state")
+        related_register(IdentityMemory, "auto_memory_state")
+        # Approving a memory releases a report's hold on it.
+        memory_hold_register(held=memory_held_by_report, release=memory_report_hold_release)
+        # The memory API shows the usage counters and the hold (auto memory's own row).
+        for name, extra in memory_row_extras().items():
+            memory_row_extra_register(name, **extra)
 
         from django.db.backends.signals import connection_created
         from django.db.models.signals import post_migrate

@@ -25,8 +25,22 @@ from automemory.models import InjectionRanking
 from automemory.services import fusion, search
 from controlplane.models import IdentityMemory, MemoryScope
 
+# Auto memory's own row of a memory (`MemoryState`: usage counters, report hold), read by
+# the memory's id; a memory without one has zero counts and no hold.
+STATE = "automemory_memory_state"
+
+
+def _state(column: str, default: str) -> str:
+    """SQL of one `MemoryState` value of the memory `m` (one primary-key probe)."""
+    return f"COALESCE((SELECT s.{column} FROM {STATE} s WHERE s.memory_id = m.id), {default})"
+
+
+# Reported and not reviewed yet (the hold is auto memory's, in its own row).
+REPORT_HELD = (
+    f"EXISTS (SELECT 1 FROM {STATE} s WHERE s.memory_id = m.id AND s.report_hold_at IS NOT NULL)"
+)
 # What a task may receive (the SQL alias of the memory table is `m`).
-NOT_HELD = "(NOT m.flagged OR m.approved_at IS NOT NULL) AND m.report_hold_at IS NULL"
+NOT_HELD = f"(NOT m.flagged OR m.approved_at IS NOT NULL) AND NOT {REPORT_HELD}"
 RECEIVABLE = f"m.status = 'active' AND {NOT_HELD}"
 # What the preview explains as left out: memories a task would receive were they not held
 # or archived.
@@ -63,16 +77,21 @@ def _feedback_factor() -> str:
     if not conf.get("RANKING_FEEDBACK"):
         return "1.0"
     never_cited_after = int(conf.get("NEVER_CITED_AFTER"))
+    cites, injections = _state("cite_count", "0"), _state("injection_count", "0")
     return (
-        "((1.0 + 0.5 * m.cite_count / (m.cite_count + 4.0))"
-        f" * (CASE WHEN m.cite_count = 0 AND m.injection_count >= {never_cited_after}"
+        f"((1.0 + 0.5 * {cites} / ({cites} + 4.0))"
+        f" * (CASE WHEN {cites} = 0 AND {injections} >= {never_cited_after}"
         " THEN 0.8 ELSE 1.0 END))"
     )
 
 
 def memory_columns() -> str:
+    """The memory's columns, and since when a report holds it (`report_hold_at`, None when
+    none does: the preview's reason for a withheld memory)."""
     quote = connection.ops.quote_name
-    return ", ".join(f"m.{quote(f.column)}" for f in IdentityMemory._meta.concrete_fields)
+    columns = [f"m.{quote(f.column)}" for f in IdentityMemory._meta.concrete_fields]
+    columns.append(f"{_state('report_hold_at', 'NULL')} AS report_hold_at")
+    return ", ".join(columns)
 
 
 @dataclass(frozen=True)

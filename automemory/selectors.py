@@ -7,6 +7,7 @@ from datetime import date, datetime, time, timedelta
 from django.db import connection
 from django.db.models import (
     Count,
+    Exists,
     OuterRef,
     Prefetch,
     Q,
@@ -24,9 +25,11 @@ from automemory.models import (
     FeedbackKind,
     MemoryFeedback,
     MemoryInjectionDay,
+    MemoryState,
     Reason,
     TaskMemoryShown,
     TaskMemoryState,
+    memory_usage,
     task_injected_ids,
 )
 from controlplane.access import (
@@ -65,15 +68,20 @@ CONSOLE_SEARCH_MAX_CHARS = 200
 def _memory_page_queryset(memories: QuerySet[IdentityMemory]) -> QuerySet[IdentityMemory]:
     """Memories with everything a console row shows fetched up front (a fixed number of queries
     per page, whatever its length): author, approver, source task(s) and the memories each
-    superseded or was superseded by."""
-    return memories.select_related(
-        "created_by", "approved_by", "source_task", "superseded_by"
-    ).prefetch_related(
-        Prefetch(
-            "source_links",
-            queryset=MemorySourceTask.objects.select_related("task").order_by("created_at", "id"),
-        ),
-        Prefetch("supersedes", queryset=IdentityMemory.objects.order_by("-created_at", "-id")),
+    superseded or was superseded by, and its usage counters and report hold (auto memory's
+    row, joined)."""
+    return (
+        memories.annotate(**memory_usage())
+        .select_related("created_by", "approved_by", "source_task", "superseded_by")
+        .prefetch_related(
+            Prefetch(
+                "source_links",
+                queryset=MemorySourceTask.objects.select_related("task").order_by(
+                    "created_at", "id"
+                ),
+            ),
+            Prefetch("supersedes", queryset=IdentityMemory.objects.order_by("-created_at", "-id")),
+        )
     )
 
 
@@ -246,7 +254,8 @@ def _held_for_other(memory: IdentityMemory, user) -> bool:
 
 def _held_for_review() -> Q:
     """Memories an owner has to look at: instruction-like and not approved, or reported."""
-    return Q(flagged=True, approved_at__isnull=True) | Q(report_hold_at__isnull=False)
+    reported = MemoryState.objects.filter(memory_id=OuterRef("pk"), report_hold_at__isnull=False)
+    return Q(flagged=True, approved_at__isnull=True) | Q(Exists(reported))
 
 
 def review_queue_list(*, project, user) -> QuerySet[IdentityMemory]:
@@ -262,6 +271,7 @@ def review_queue_list(*, project, user) -> QuerySet[IdentityMemory]:
     return (
         project_memories_visible_to(user, project_id=project.pk)
         .filter(_held_for_review())
+        .annotate(**memory_usage())
         .select_related("created_by", "source_task")
         .prefetch_related(Prefetch("feedback", queryset=reports, to_attr="reports"))
         .order_by(
@@ -497,6 +507,7 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
         for i in range(HEALTH_WEEKS)
     ]
     after = int(conf.get("NEVER_CITED_AFTER"))
+    memories = memories.annotate(**memory_usage())
     never_cited = list(
         memories.filter(status=MemoryStatus.ACTIVE, cite_count=0, injection_count__gte=after)
         .annotate(total=Window(Count("pk")))

@@ -165,7 +165,7 @@ def bench_health() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from automemory.models import TaskMemoryState
+    from automemory.models import MemoryState, TaskMemoryState
     from automemory.selectors import memory_health_get
     from automemory.services.injector import injection_days_record
     from controlplane.models import IdentityMemory, Task
@@ -177,12 +177,13 @@ def bench_health() -> None:
         project = harness.project_create(user, f"health-{count}")
         now = timezone.now()
         memories = IdentityMemory.objects.bulk_create(
-            IdentityMemory(
-                scope="project", project=project, content=f"Fact {i}", last_injected_at=now
-            )
+            IdentityMemory(scope="project", project=project, content=f"Fact {i}")
             for i in range(100)
         )
         ids = [m.pk for m in memories]
+        MemoryState.objects.bulk_create(
+            MemoryState(memory_id=pk, last_injected_at=now) for pk in ids
+        )
         tasks = Task.objects.bulk_create(
             (
                 Task(
@@ -274,7 +275,7 @@ def bench_recall_with_feedback() -> None:
     from django.utils import timezone
     from freezegun import freeze_time
 
-    from automemory.models import FeedbackVia
+    from automemory.models import FeedbackVia, memory_usage
     from automemory.services.feedback import memory_cite
     from automemory.services.injector import inject_memories
     from controlplane.models import IdentityMemory, Task
@@ -311,11 +312,12 @@ def bench_recall_with_feedback() -> None:
             cited += len(
                 memory_cite(task=task, memory_ids=used, via=FeedbackVia.RESULT_LINE).counted
             )
-    never = IdentityMemory.objects.filter(
-        project=scene.project,
-        cite_count=0,
-        injection_count__gte=settings_value("NEVER_CITED_AFTER"),
-    ).count()
+    never = (
+        IdentityMemory.objects.filter(project=scene.project)
+        .annotate(**memory_usage())
+        .filter(cite_count=0, injection_count__gte=settings_value("NEVER_CITED_AFTER"))
+        .count()
+    )
     print(
         f"recall@5 of `relevant`, {len(rows)} memories, {len(tests)} new tasks, after "
         f"{TRAINING_TASKS} earlier tasks cited {cited} times ({never} memories injected "

@@ -212,23 +212,24 @@ def project_get_for(*, user, project_id, action: str = READ) -> Project:
     return project
 
 
-# One-to-one rows of a task that apps keep in their own tables and show with it (automemory:
-# its state of the task), read in the task's own statement. Apps register their relation's
-# name, so the host never imports them.
-_task_related: list[str] = []
+# One-to-one rows of a task or a memory that apps keep in their own tables and show with it
+# (automemory: its state of the task, of the memory), read in the object's own statement.
+# Apps register their relation's name, so the host never imports them.
+_related: dict[type[Model], list[str]] = {Task: [], IdentityMemory: []}
 
 
-def task_related_register(name: str) -> None:
-    """Read the one-to-one relation `name` with every task `task_get_for` reads."""
-    if name not in _task_related:
-        _task_related.append(name)
+def related_register(model: type[Model], name: str) -> None:
+    """Read the reverse one-to-one relation `name` with every `model` object (a task or a
+    memory) that `task_get_for` / `memory_get_for_*` read."""
+    if name not in _related[model]:
+        _related[model].append(name)
 
 
 def task_get_for(*, user, task_id, action: str = READ) -> Task:
     """The task if the user may perform `action` on its project; 404 for non-members, 403 else."""
     # With its project and user: the task's pages show both.
     task = _with_role(
-        Task, object_id_parse(task_id), user=user, related=("project", "user", *_task_related)
+        Task, object_id_parse(task_id), user=user, related=("project", "user", *_related[Task])
     )
     _check(task.access_role if task else None, action, "Task")
     if action == CONTINUE_TASK and task.user_id != user.pk:
@@ -252,7 +253,8 @@ def memory_allows(memory: IdentityMemory, *, user, role: str | None, action: str
 
 def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
     pk = object_id_parse(memory_id)
-    memory = IdentityMemory.objects.filter(pk=pk).first() if pk else None
+    memories = IdentityMemory.objects.select_related(*_related[IdentityMemory])
+    memory = memories.filter(pk=pk).first() if pk else None
     if memory is None:
         raise NotFound("Memory not found.")
     if memory.scope == MemoryScope.USER:

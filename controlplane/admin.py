@@ -240,8 +240,6 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
         "short_content",
         "flagged",
         "approved_at",
-        "injection_count",
-        "last_injected_at",
         "archived_at",
         "created_at",
     ]
@@ -252,7 +250,6 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
         "status",
         "flagged",
         ("approved_at", admin.EmptyFieldListFilter),
-        ("last_injected_at", admin.EmptyFieldListFilter),
     ]
     list_select_related = ["project", "user", "source_task"]
     search_fields = ["content"]
@@ -262,8 +259,6 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
         "flagged",
         "approved_at",
         "approved_by",
-        "injection_count",
-        "last_injected_at",
         "archived_at",
         "created_at",
         "updated_at",

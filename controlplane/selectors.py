@@ -1,6 +1,9 @@
 """Reads for the API, always scoped through controlplane.access."""
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import Count, F, JSONField, OuterRef, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Left, NullIf
@@ -107,19 +110,43 @@ def _memory_filter(
         memories = memories.filter(source=source)
     # Rows of only what the API shows, with the authors' names and the source tasks beside them
     # (no model, user or link objects built): a page of any size is one statement.
+    # Apps' values about each memory (`memory_row_extra_register`) join the same statement.
+    extras = {name: extra.expression for name, extra in _memory_row_extras.items()}
     return (
         memories.annotate(
             created_by_name=F("created_by__username"),
             approved_by_name=F("approved_by__username"),
             source_task_ids=SourceTaskIds(),
+            **extras,
         )
         .order_by("-created_at", "-id")
-        .values(*MEMORY_LIST_FIELDS)
+        .values(*MEMORY_LIST_FIELDS, *extras)
     )
 
 
+@dataclass(frozen=True)
+class MemoryRowExtra:
+    """A value an app keeps about a memory in its own table and the memory API shows:
+    `expression` reads it in a list's statement (an annotation on `IdentityMemory`), `read`
+    from one memory object."""
+
+    expression: Any
+    read: Callable[[IdentityMemory], Any]
+
+
+# Registered by apps (automemory: the usage counters and the report hold), so the host never
+# imports them; a name nobody registered reads as the serializer's default.
+_memory_row_extras: dict[str, MemoryRowExtra] = {}
+
+
+def memory_row_extra_register(name: str, *, expression, read: Callable) -> None:
+    """Show `name` in every memory row: `expression` in lists, `read(memory)` for one."""
+    _memory_row_extras[name] = MemoryRowExtra(expression=expression, read=read)
+
+
 def memory_row(memory: IdentityMemory) -> dict:
-    """A memory in the lists' row shape (MEMORY_LIST_FIELDS), so one serializer writes both."""
+    """A memory in the lists' row shape (MEMORY_LIST_FIELDS and the apps' extras), so one
+    serializer writes both."""
     row = {name: getattr(memory, name) for name in MEMORY_LIST_FIELDS[:-3]}
     row["created_by_name"] = memory.created_by.username if memory.created_by_id else None
     row["approved_by_name"] = memory.approved_by.username if memory.approved_by_id else None
@@ -127,7 +154,18 @@ def memory_row(memory: IdentityMemory) -> dict:
     row["source_task_ids"] = (
         ids if ids is not None else [link.task_id for link in memory.source_links.all()]
     )
+    for name, extra in _memory_row_extras.items():
+        row[name] = extra.read(memory)
     return row
+
+
+def memory_extra(memory: IdentityMemory | dict, name: str, default):
+    """An app's value `name` about a memory (a row or an object); `default` when no app
+    registered it."""
+    if type(memory) is dict:
+        return memory.get(name, default)
+    extra = _memory_row_extras.get(name)
+    return extra.read(memory) if extra is not None else default
 
 
 class SourceTaskIds(Subquery):
@@ -172,13 +210,6 @@ MEMORY_LIST_FIELDS = (
     "created_by_id",
     "created_at",
     "updated_at",
-    "injection_count",
-    "last_injected_at",
-    "cite_count",
-    "last_cited_at",
-    "report_count",
-    "last_reported_at",
-    "report_hold_at",
     "visibility",
     "flagged",
     "instruction_flags",

@@ -12,7 +12,12 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from automemory.models import AutoMemorySettings, TaskMemoryState
+from automemory.models import (
+    MEMORY_USAGE_DEFAULTS,
+    AutoMemorySettings,
+    MemoryState,
+    TaskMemoryState,
+)
 from controlplane.models import (
     ApiToken,
     IdentityMemory,
@@ -207,6 +212,8 @@ def memory_factory(db):
         scope = MemoryScope.PROJECT if project is not None else MemoryScope.USER
         author = user or (project.created_by if project is not None else None)
         fields.setdefault("created_by", author)
+        # Auto memory's own row of the memory (usage counters, report hold), when given.
+        state = {name: fields.pop(name) for name in MEMORY_USAGE_DEFAULTS if name in fields}
         memory = IdentityMemory.objects.create(
             scope=fields.pop("scope", scope),
             project=project,
@@ -219,9 +226,19 @@ def memory_factory(db):
         )
         if source_task is not None:
             MemorySourceTask.objects.get_or_create(memory=memory, task=source_task)
+        if state:
+            MemoryState.objects.create(memory=memory, **state)
         return memory
 
     return make
+
+
+def memory_usage_of(memory: IdentityMemory) -> MemoryState:
+    """The memory's usage counters and report hold as stored now (auto memory's row; the
+    defaults when it has none)."""
+    return MemoryState.objects.filter(memory_id=memory.pk).first() or MemoryState(
+        memory_id=memory.pk
+    )
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from automemory.console.forms import (
 from automemory.console.review_views import next_url
 from automemory.console.views import access_get
 from automemory.models import ReportReason
+from automemory.services.memory_state import memory_held_for_review
 from controlplane.access import (
     APPROVE_MEMORY,
     CREATE_TASK,
@@ -76,7 +77,7 @@ def _may_change(memory: IdentityMemory, *, user, role: str | None) -> bool:
 def _may_approve(memory: IdentityMemory, *, user, role: str | None) -> bool:
     """A held memory (flagged, or reported): a project owner may release it; a user their
     own user-level memory."""
-    if not memory.held_for_review:
+    if not memory_held_for_review(memory):
         return False
     if memory.scope == MemoryScope.USER:
         return memory_allows(memory, user=user, role=None, action=APPROVE_MEMORY)

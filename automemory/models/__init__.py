@@ -43,8 +43,11 @@ from automemory.models.settings import (  # noqa: F401
     validate_mcp_server_names,
 )
 from automemory.models.state import (  # noqa: F401
+    MEMORY_USAGE_DEFAULTS,
+    MemoryState,
     TaskMemoryState,
     injected_ids_of,
+    memory_usage,
     task_injected_ids,
     tasks_injected_ids,
 )

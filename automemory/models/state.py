@@ -1,14 +1,16 @@
-"""Auto memory's own state of the host's tasks, kept out of the host's tables.
+"""Auto memory's own state of the host's tasks and memories, kept out of the host's tables.
 
 The host's `Task` knows nothing of auto memory: the memory tool key of a task's running turn
 and the memories injected into its first turn live here, one row per task that has either
-(written by the worker's claim and by the injector).
+(written by the worker's claim and by the injector). Nor does its `IdentityMemory`: the
+usage counters and the report hold live here, one row per memory that has any.
 """
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 
-from controlplane.models import Task
+from controlplane.models import IdentityMemory, Task
 
 
 class TaskMemoryState(models.Model):
@@ -85,3 +87,60 @@ def tasks_injected_ids(tasks) -> dict[int, list[int]]:
         for task_id, values in rows:
             found[task_id] = injected_ids_of(values)
     return {task.pk: found.get(task.pk, []) for task in tasks}
+
+
+class MemoryState(models.Model):
+    """Auto memory's own state of a memory: its usage counters and the report hold.
+
+    One row per memory that was ever injected, cited or reported, written by the injector
+    and by feedback (`automemory.services.feedback`) in the transactions that move the
+    counters; a memory without a row has zero counts and no hold (readers join it with
+    LEFT JOIN and COALESCE: `memory_usage`, `ranking`). The host's memory table knows
+    nothing of them.
+    """
+
+    memory = models.OneToOneField(
+        IdentityMemory, primary_key=True, on_delete=models.CASCADE, related_name="auto_memory_state"
+    )
+    # How many tasks the memory was injected into, and when last; how many tasks cited it
+    # as used (a `Memories used:` line, or the memory tool's cite), and when last; how many
+    # reports said it misled (`wrong`, `outdated`, `unsafe`), and when last.
+    injection_count = models.PositiveIntegerField(default=0)
+    last_injected_at = models.DateTimeField(null=True, blank=True)
+    cite_count = models.PositiveIntegerField(default=0)
+    last_cited_at = models.DateTimeField(null=True, blank=True)
+    report_count = models.PositiveIntegerField(default=0)
+    last_reported_at = models.DateTimeField(null=True, blank=True)
+    # Set by a report: the memory is held out of injection and search until a project owner
+    # reviews it (approves it, edits it or deletes it).
+    report_hold_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "automemory_memory_state"
+        verbose_name = "memory auto memory state"
+
+    def __str__(self) -> str:
+        return f"auto memory state of memory {self.memory_id}"
+
+
+# The counters of `MemoryState`, and what a memory without a row has.
+MEMORY_USAGE_DEFAULTS = {
+    "injection_count": 0,
+    "last_injected_at": None,
+    "cite_count": 0,
+    "last_cited_at": None,
+    "report_count": 0,
+    "last_reported_at": None,
+    "report_hold_at": None,
+}
+
+
+def memory_usage() -> dict:
+    """ORM annotations of a memory's `MemoryState` values under their own names (a LEFT
+    JOIN; a memory without a row reads the defaults): `.annotate(**memory_usage())` lets a
+    page read `memory.cite_count` as before, in the memories' own statement."""
+    annotations = {}
+    for name, default in MEMORY_USAGE_DEFAULTS.items():
+        path = F(f"auto_memory_state__{name}")
+        annotations[name] = Coalesce(path, Value(default)) if default is not None else path
+    return annotations

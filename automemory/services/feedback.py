@@ -8,8 +8,9 @@ anything else is ignored without error, so an agent cannot reach memories by gue
 A person reports through the API or the console any memory they can read.
 
 Each cite or report is one `MemoryFeedback` row (once per memory, task and kind), counted
-on the memory (`cite_count`, `report_count` and when last) and audited. A report holds the
-memory out of injection and search (`report_hold_at`) until a project owner reviews it; a
+in auto memory's row of the memory (`MemoryState`: `cite_count`, `report_count` and when
+last) and audited. A report holds the memory out of injection and search
+(`MemoryState.report_hold_at`) until a project owner reviews it; a
 task may report at most `AUTOMEMORY_REPORTS_PER_TASK` memories, so a prompt-injected agent
 told to report everything holds that many at most.
 
@@ -28,8 +29,6 @@ from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import DateTimeField, F, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from automemory import conf
@@ -41,6 +40,7 @@ from automemory.models import (
     TaskMemoryShown,
     task_injected_ids,
 )
+from automemory.services.memory_state import memory_state_count
 from automemory.services.redactor import redact
 from automemory.services.text import one_line
 from controlplane.errors import DomainError
@@ -171,9 +171,7 @@ def memory_cite(
             for pk in outcome.counted
         ]
     )
-    IdentityMemory.objects.filter(pk__in=outcome.counted).update(
-        cite_count=F("cite_count") + 1, last_cited_at=timezone.now()
-    )
+    memory_state_count(memory_ids=outcome.counted, event="cited", now=timezone.now())
     audit_record(
         action="memory_cited",
         actor_label=f"task {task.pk}",
@@ -317,11 +315,7 @@ def memory_report(
         # The open-report constraint: the row lock makes this unreachable, the database
         # still says no.
         raise DomainError(REPORTED_ALREADY) from None
-    IdentityMemory.objects.filter(pk=memory.pk).update(
-        report_count=F("report_count") + 1,
-        last_reported_at=now,
-        report_hold_at=Coalesce(F("report_hold_at"), Value(now, output_field=DateTimeField())),
-    )
+    memory_state_count(memory_ids=[memory.pk], event="reported", now=now, hold=True)
     audit_record(
         action="memory_reported",
         actor=user,

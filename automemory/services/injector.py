@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from automemory import metrics, ranking
 from automemory.models import AutoMemorySettings, MemoryInjectionDay, TaskAutoMemoryFlags
 from automemory.services.memory_block import FittedBlock, fit_memory_block
+from automemory.services.memory_state import memory_state_count
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint
 from automemory.services.task_keys import task_state_store
@@ -261,7 +261,7 @@ def _left_out(plan: InjectionPlan, explained: ranking.InjectionCandidates) -> li
 def _withheld_reason(memory: IdentityMemory) -> str:
     if memory.status == "archived":
         return LeftOutReason.ARCHIVED
-    if memory.report_hold_at is not None:
+    if getattr(memory, "report_hold_at", None) is not None:  # read by the ranking's query
         return LeftOutReason.REPORTED
     return LeftOutReason.AWAITING_APPROVAL
 
@@ -405,11 +405,9 @@ def _injection_record(
                 ],
             },
         )
-        # A plain UPDATE: `updated_at` (the memory's edit time) does not move.
+        # Auto memory's own row: the memory's edit time (`updated_at`) does not move.
         now = timezone.now()
-        IdentityMemory.objects.filter(pk__in=memory_ids).update(
-            injection_count=F("injection_count") + 1, last_injected_at=now
-        )
+        memory_state_count(memory_ids=memory_ids, event="injected", now=now)
         injection_days_record(memory_ids=memory_ids, day=timezone.localdate(now))
 
 

@@ -4,16 +4,18 @@ Memories belong to projects while the setting belongs to a user, so the setting 
 whose task an auto memory was extracted from governs it (its source task's user, stored as
 the memory's `created_by` when it is written). A memory is unused when no task cited it and
 nobody wrote it (created, edited by hand, merged into by consolidation, approved or
-restored) in that many days: `memory_last_used()`, the later of `updated_at` and
-`last_cited_at`. Being injected is not use: a memory put in front of every task that no
-task cites ages out like one never injected. Restoring a memory restarts its clock instead
-of having the next pass archive it again. Manual memories are never archived.
+restored) in that many days: the later of the memory's `updated_at` and its
+`MemoryState.last_cited_at` (auto memory's own row). Being injected is not use: a memory
+put in front of every task that no task cites ages out like one never injected. Restoring
+a memory restarts its clock instead of having the next pass archive it again. Manual
+memories are never archived.
 
 Archived memories get status `archived` and `archived_at`, stay listed and can be restored
 (`POST /memories/{id}/restore`, the admin's restore action). Each one is logged (logger and a
 `memory_archived` audit event). A pass reads one row per user who turned retention on, then
-only the stale memories, through `memory_auto_retention_idx`: its cost grows with the work
-pending, not with the history.
+only the candidates, through `memory_auto_updated_idx` (a memory last used before the
+cutoff was last written before it too), and checks their last citation in the same
+statement: its cost grows with the work pending, not with the history.
 """
 
 import logging
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 
 from automemory import conf
 from automemory.models import AutoMemorySettings
@@ -29,7 +32,6 @@ from controlplane.models import (
     IdentityMemory,
     MemorySource,
     MemoryStatus,
-    memory_last_used,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,8 +71,11 @@ def _stale_memories(*, user_id: int, cutoff: datetime):
         IdentityMemory.objects.filter(
             created_by_id=user_id, source=MemorySource.AUTO, status=MemoryStatus.ACTIVE
         )
-        .alias(last_used=memory_last_used())
-        .filter(last_used__lt=cutoff)
+        .filter(updated_at__lt=cutoff)
+        .filter(
+            Q(auto_memory_state__last_cited_at__isnull=True)
+            | Q(auto_memory_state__last_cited_at__lt=cutoff)
+        )
     )
 
 
@@ -133,7 +138,7 @@ def _archive_for_user(
         # Locked and read again: a memory cited or restored since the read is not stale.
         candidates = list(
             stale.filter(pk__in=candidate_ids)
-            .select_for_update(skip_locked=True)
+            .select_for_update(skip_locked=True, of=("self",))
             .order_by()
             .values_list("pk", "project_id")
         )

@@ -34,7 +34,7 @@ from controlplane.models import (
     memory_awaiting_approval,
 )
 from controlplane.repository_urls import BRANCH_MAX_CHARS
-from controlplane.selectors import memory_row
+from controlplane.selectors import memory_extra, memory_row
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
 from controlplane.services.tasks import task_injected_memory_ids, task_text_for
 from controlplane.services.tokens import TOKEN_EXPIRES_MAX_DAYS, TOKEN_NAME_MAX_CHARS
@@ -338,6 +338,26 @@ class MemoryFilterInput(serializers.Serializer):
     source = serializers.ChoiceField(choices=MemorySource.choices, required=False)
 
 
+class _Extra:
+    """A value an app keeps about a memory in its own table (`selectors.memory_extra`), read
+    from a list's row or a memory object; `default` when no app registered it."""
+
+    def __init__(self, *, default, **kwargs) -> None:
+        self.extra_default = default
+        super().__init__(read_only=True, **kwargs)
+
+    def get_attribute(self, instance):
+        return memory_extra(instance, self.field_name, self.extra_default)
+
+
+class _ExtraInteger(_Extra, serializers.IntegerField):
+    pass
+
+
+class _ExtraDateTime(_Extra, serializers.DateTimeField):
+    pass
+
+
 class MemoryOutput(serializers.ModelSerializer):
     source_thread_id = serializers.IntegerField(
         source="source_task_id",
@@ -361,18 +381,21 @@ class MemoryOutput(serializers.ModelSerializer):
     approved_by = serializers.CharField(
         source="approved_by.username", read_only=True, default=None, allow_null=True
     )
-    injection_count = serializers.IntegerField(
-        read_only=True, help_text="How many tasks the memory was injected into."
+    injection_count = _ExtraInteger(
+        default=0, help_text="How many tasks the memory was injected into."
     )
-    cite_count = serializers.IntegerField(
-        read_only=True,
+    last_injected_at = _ExtraDateTime(default=None)
+    cite_count = _ExtraInteger(
+        default=0,
         help_text="How many tasks cited the memory as used (a `Memories used:` line, or the "
         "memory tool's cite).",
     )
-    report_count = serializers.IntegerField(
-        read_only=True,
+    last_cited_at = _ExtraDateTime(default=None)
+    report_count = _ExtraInteger(
+        default=0,
         help_text="How many reports said the memory misled (wrong, outdated, unsafe).",
     )
+    last_reported_at = _ExtraDateTime(default=None)
     held_for_review = serializers.SerializerMethodField(
         help_text="A report holds it out of injection and search until a project owner reviews "
         "it (approves, edits or forgets it)."
@@ -388,7 +411,7 @@ class MemoryOutput(serializers.ModelSerializer):
     )
 
     def get_held_for_review(self, memory: IdentityMemory) -> bool:
-        return memory.report_hold_at is not None
+        return memory_extra(memory, "held_for_review_since", None) is not None
 
     class Meta:
         model = IdentityMemory
@@ -449,13 +472,13 @@ class MemoryOutput(serializers.ModelSerializer):
             "created_by": row["created_by_name"] if row["created_by_id"] is not None else None,
             "created_at": when(row["created_at"]),
             "updated_at": when(row["updated_at"]),
-            "injection_count": row["injection_count"],
-            "last_injected_at": when(row["last_injected_at"]),
-            "cite_count": row["cite_count"],
-            "last_cited_at": when(row["last_cited_at"]),
-            "report_count": row["report_count"],
-            "last_reported_at": when(row["last_reported_at"]),
-            "held_for_review": row["report_hold_at"] is not None,
+            "injection_count": row.get("injection_count", 0),
+            "last_injected_at": when(row.get("last_injected_at")),
+            "cite_count": row.get("cite_count", 0),
+            "last_cited_at": when(row.get("last_cited_at")),
+            "report_count": row.get("report_count", 0),
+            "last_reported_at": when(row.get("last_reported_at")),
+            "held_for_review": row.get("held_for_review_since") is not None,
             "visibility": row["visibility"],
             "flagged": row["flagged"],
             "instruction_flags": [str(flag) for flag in row["instruction_flags"]],

@@ -12,7 +12,6 @@ from controlplane.models.memories import (  # noqa: F401
     MemoryStatus,
     MemoryVisibility,
     memory_awaiting_approval,
-    memory_last_used,
 )
 from controlplane.models.projects import (  # noqa: F401
     CREATE_TASK_ROLES,

@@ -2,8 +2,7 @@
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.models.projects import Project
@@ -33,14 +32,6 @@ class MemoryStatus(models.TextChoices):
     SUPERSEDED = "superseded", "Superseded"
     # Retired by the retention rule (unused for too long); visible and restorable.
     ARCHIVED = "archived", "Archived"
-
-
-def memory_last_used():
-    """When a memory was last used: cited by a task, or written (created, edited, merged
-    into, restored). Being injected is not use: a memory put in front of many tasks that no
-    task cites ages like one never injected. The age the retention rule reads; its index
-    (`memory_auto_retention_idx`) needs the query to use this very expression."""
-    return Greatest(F("updated_at"), Coalesce(F("last_cited_at"), F("updated_at")))
 
 
 class IdentityMemory(models.Model):
@@ -95,18 +86,6 @@ class IdentityMemory(models.Model):
     )
     # Search words a model gave with the memory (model-based extraction); may be empty.
     keywords = models.JSONField(default=list, blank=True)
-    # Usage: how many tasks the memory was injected into, and when last; how many tasks cited
-    # it as used (a `Memories used:` line, or the memory tool's cite), and when last; how
-    # many reports said it misled (`wrong`, `outdated`, `unsafe`), and when last.
-    injection_count = models.PositiveIntegerField(default=0)
-    last_injected_at = models.DateTimeField(null=True, blank=True)
-    cite_count = models.PositiveIntegerField(default=0)
-    last_cited_at = models.DateTimeField(null=True, blank=True)
-    report_count = models.PositiveIntegerField(default=0)
-    last_reported_at = models.DateTimeField(null=True, blank=True)
-    # Set by a report: the memory is held out of injection and search until a project owner
-    # reviews it (approves it, edits it or deletes it).
-    report_hold_at = models.DateTimeField(null=True, blank=True)
     # Content that reads like instructions to the agent ("ignore previous instructions",
     # role tags...). A flagged memory is injected only once a project owner approved it (an
     # owner's own text is approved by its author when written).
@@ -151,11 +130,11 @@ class IdentityMemory(models.Model):
                 fields=["project", "-created_at", "-id"], name="memory_project_created_idx"
             ),
             # Retention: a user's active auto memories (`created_by` is the source task's
-            # user) by when they were last used, so a pass reads only the stale ones.
+            # user) by when they were last written; a memory last used before the cutoff was
+            # last written before it too, so a pass reads only the candidates.
             models.Index(
-                F("created_by"),
-                memory_last_used(),
-                name="memory_auto_retention_idx",
+                fields=["created_by", "updated_at"],
+                name="memory_auto_updated_idx",
                 condition=Q(source="auto", status="active"),
             ),
         ]
@@ -221,12 +200,6 @@ class IdentityMemory(models.Model):
     def awaiting_approval(self) -> bool:
         """A flagged memory no owner has approved yet: it is not injected."""
         return memory_awaiting_approval(flagged=self.flagged, approved_at=self.approved_at)
-
-    @property
-    def held_for_review(self) -> bool:
-        """Held out of injection and search until a project owner reviews it: flagged and not
-        approved, or reported."""
-        return self.awaiting_approval or self.report_hold_at is not None
 
 
 def memory_awaiting_approval(*, flagged: bool, approved_at) -> bool:

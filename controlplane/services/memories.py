@@ -48,6 +48,20 @@ MemoryApprovedHook = Callable[..., None]
 _approved_hooks: list[MemoryApprovedHook] = []
 
 
+# A hold an app puts on a memory until a project owner reviews it (automemory: a report
+# holds it out of injection and search): whether it holds a memory, and its release, which
+# approving calls in its transaction.
+MemoryHold = tuple[Callable[[IdentityMemory], bool], Callable[..., object]]
+_holds: list[MemoryHold] = []
+
+
+def memory_hold_register(*, held: Callable[[IdentityMemory], bool], release) -> None:
+    """Let approving release an app's hold: `held(memory)` says whether it holds one,
+    `release(memory=...)` lifts it."""
+    if (held, release) not in _holds:
+        _holds.append((held, release))
+
+
 def memory_approved_hook_register(hook: MemoryApprovedHook) -> None:
     """Call `hook(memory=..., user=...)` whenever an owner approves a memory (once per hook)."""
     if hook not in _approved_hooks:
@@ -218,14 +232,16 @@ def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
     """Release a memory held for review: a project owner read it and found it fine.
 
     A memory is held when its text is flagged as instruction-like and not yet approved
-    (whoever wrote it: the sweep, an agent, a member), or when a report holds it
-    (`report_hold_at`); approving releases both, and the memory is injected and found again.
+    (whoever wrote it: the sweep, an agent, a member), or when an app holds it (auto memory:
+    a report, `memory_hold_register`); approving releases both, and the memory is injected
+    and found again.
     Approving an approved memory changes nothing; 409 when it is neither flagged nor
     reported. The caller has checked the user owns the project (see controlplane.access).
     """
     memory = memory_locked(memory)
     flag_pending = memory.flagged and memory.approved_at is None
-    if not flag_pending and memory.report_hold_at is None:
+    releases = [release for held, release in _holds if held(memory)]
+    if not flag_pending and not releases:
         if memory.flagged:
             return memory
         raise ConflictError(
@@ -236,14 +252,12 @@ def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
         memory.approved_at = timezone.now()
         memory.approved_by = user
         fields += ["approved_at", "approved_by"]
-    reported_at = memory.report_hold_at
-    if reported_at is not None:
-        memory.report_hold_at = None
-        fields.append("report_hold_at")
     memory.save(update_fields=fields)
+    for release in releases:
+        release(memory=memory)
     for hook in _approved_hooks:
         hook(memory=memory, user=user)
-    _audit_approved(user=user, memory=memory, report_hold_released=reported_at is not None)
+    _audit_approved(user=user, memory=memory, report_hold_released=bool(releases))
     return memory
 
 

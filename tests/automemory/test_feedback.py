@@ -9,7 +9,13 @@ import pytest
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import FeedbackKind, MemoryFeedback, TaskMemoryShown, task_injected_ids
+from automemory.models import (
+    FeedbackKind,
+    MemoryFeedback,
+    MemoryState,
+    TaskMemoryShown,
+    task_injected_ids,
+)
 from automemory.services.feedback import (
     CITATION_TAIL_CHARS,
     ReportLimitReached,
@@ -20,6 +26,7 @@ from automemory.services.feedback import (
 )
 from controlplane.errors import DomainError
 from controlplane.models import AuditEvent, IdentityMemory, TaskStatus
+from tests.conftest import memory_usage_of
 from worker.executors import ExecutionResult
 from worker.loop import Worker
 
@@ -99,9 +106,12 @@ def test_a_memories_used_line_counts_the_injected_memories_it_names(
     assert task.status == TaskStatus.COMPLETED
     assert set(task_injected_ids(task)) == {used.pk, unused.pk}
     used.refresh_from_db()
-    assert (used.cite_count, used.last_cited_at is not None) == (1, True)
-    assert IdentityMemory.objects.get(pk=unused.pk).cite_count == 0
-    assert IdentityMemory.objects.get(pk=elsewhere.pk).cite_count == 0
+    assert (memory_usage_of(used).cite_count, memory_usage_of(used).last_cited_at is not None) == (
+        1,
+        True,
+    )
+    assert memory_usage_of(IdentityMemory.objects.get(pk=unused.pk)).cite_count == 0
+    assert memory_usage_of(IdentityMemory.objects.get(pk=elsewhere.pk)).cite_count == 0
     [row] = MemoryFeedback.objects.all()
     assert (row.memory_id, row.task_id, row.kind, row.via) == (
         used.pk,
@@ -156,7 +166,7 @@ def test_a_task_cites_a_memory_once_however_often_it_says_so(shown):
 
     assert (first.counted, again.counted, again.already) == ([memory.pk], [], [memory.pk])
     memory.refresh_from_db()
-    assert memory.cite_count == 1
+    assert memory_usage_of(memory).cite_count == 1
     assert MemoryFeedback.objects.get().note == "it saved a failing push"
 
 
@@ -168,7 +178,7 @@ def test_cited_ids_never_shown_are_ignored_without_error(shown, project, memory_
 
     assert outcome.counted == [memory.pk]
     assert outcome.ignored == [hidden.pk, 10**12]
-    assert IdentityMemory.objects.get(pk=hidden.pk).cite_count == 0
+    assert memory_usage_of(IdentityMemory.objects.get(pk=hidden.pk)).cite_count == 0
 
 
 def test_a_note_holding_a_secret_is_redacted_before_it_is_stored(shown):
@@ -190,10 +200,10 @@ def test_a_report_holds_the_memory_until_an_owner_reviews_it(shown):
         memory_report(memory=memory, reason="outdated", user=task.user)
 
     memory.refresh_from_db()
-    assert memory.report_count == 2
+    assert memory_usage_of(memory).report_count == 2
     # The hold dates from the first report; the last report is the newest.
-    assert memory.report_hold_at.isoformat().startswith("2026-03-02T10:00")
-    assert memory.last_reported_at.isoformat().startswith("2026-03-02T11:00")
+    assert memory_usage_of(memory).report_hold_at.isoformat().startswith("2026-03-02T10:00")
+    assert memory_usage_of(memory).last_reported_at.isoformat().startswith("2026-03-02T11:00")
     assert AuditEvent.objects.filter(action="memory_reported").count() == 2
 
 
@@ -202,7 +212,7 @@ def test_a_task_reports_a_memory_once(shown):
     first = memory_report(memory=memory, task=task, reason="wrong", via="mcp")
     again = memory_report(memory=memory, task=task, reason="unsafe", via="mcp")
     assert again.pk == first.pk
-    assert IdentityMemory.objects.get(pk=memory.pk).report_count == 1
+    assert memory_usage_of(IdentityMemory.objects.get(pk=memory.pk)).report_count == 1
 
 
 def test_a_task_reports_at_most_its_limit(shown, project, memory_factory, settings):
@@ -216,7 +226,7 @@ def test_a_task_reports_at_most_its_limit(shown, project, memory_factory, settin
     with pytest.raises(ReportLimitReached):
         memory_report(memory=others[2], task=task, reason="wrong", via="mcp")
 
-    assert IdentityMemory.objects.get(pk=others[2].pk).report_hold_at is None
+    assert memory_usage_of(IdentityMemory.objects.get(pk=others[2].pk)).report_hold_at is None
 
 
 def test_a_task_cannot_report_a_memory_it_was_never_shown(shown, project, memory_factory):
@@ -224,7 +234,7 @@ def test_a_task_cannot_report_a_memory_it_was_never_shown(shown, project, memory
     hidden = memory_factory(project=project)
     with pytest.raises(DomainError):
         memory_report(memory=hidden, task=task, reason="wrong", via="mcp")
-    assert IdentityMemory.objects.get(pk=hidden.pk).report_hold_at is None
+    assert memory_usage_of(IdentityMemory.objects.get(pk=hidden.pk)).report_hold_at is None
 
 
 @pytest.mark.parametrize("reason", ["", "bad", None, 3, "WRONG"])
@@ -256,7 +266,7 @@ def test_anyone_who_can_read_a_memory_may_report_it(
         True,
         None,
     )
-    assert IdentityMemory.objects.get(pk=memory.pk).report_hold_at is not None
+    assert memory_usage_of(IdentityMemory.objects.get(pk=memory.pk)).report_hold_at is not None
 
 
 def test_a_stranger_gets_404_and_nothing_is_held(api_client_for, project, memory_factory, charlie):
@@ -265,7 +275,7 @@ def test_a_stranger_gets_404_and_nothing_is_held(api_client_for, project, memory
         f"/memories/{memory.pk}/report", {"reason": "wrong"}, format="json"
     )
     assert response.status_code == 404
-    assert IdentityMemory.objects.get(pk=memory.pk).report_hold_at is None
+    assert memory_usage_of(IdentityMemory.objects.get(pk=memory.pk)).report_hold_at is None
 
 
 def test_another_users_own_memory_is_404(api_client_for, memory_factory, alice, bob):
@@ -313,11 +323,13 @@ def test_retention_archives_a_memory_injected_daily_but_never_cited(
         helpful = memory_factory(
             project=project, source="auto", source_task=cited_task, goal_key="b"
         )
-    IdentityMemory.objects.filter(pk=ignored.pk).update(
-        injection_count=30, last_injected_at=start - timedelta(hours=1)
+    MemoryState.objects.update_or_create(
+        memory_id=ignored.pk,
+        defaults=dict(injection_count=30, last_injected_at=start - timedelta(hours=1)),
     )
-    IdentityMemory.objects.filter(pk=helpful.pk).update(
-        injection_count=3, last_injected_at=start - timedelta(days=2)
+    MemoryState.objects.update_or_create(
+        memory_id=helpful.pk,
+        defaults=dict(injection_count=3, last_injected_at=start - timedelta(days=2)),
     )
     task = task_factory(project, alice, status=TaskStatus.RUNNING)
     memories_shown_record(task=task, memory_ids=[helpful.pk])

@@ -14,6 +14,7 @@ from automemory.services.injector import inject_memories
 from automemory.services.memory_block import fit_memory_block, render_memory_block
 from automemory.services.provenance import FOOTER, HEADER, fence_begin, fence_end
 from controlplane.models import AuditEvent, IdentityMemory, Task
+from tests.conftest import memory_usage_of
 
 NONCE = "0123456789abcdef"
 
@@ -190,7 +191,10 @@ def test_nothing_is_injected_when_not_one_memory_fits(task, alice, project, auto
     assert not AuditEvent.objects.exists()
     assert task_injected_ids(Task.objects.get(pk=task.pk)) == []
     too_big.refresh_from_db()
-    assert too_big.injection_count == 0 and too_big.last_injected_at is None
+    assert (
+        memory_usage_of(too_big).injection_count == 0
+        and memory_usage_of(too_big).last_injected_at is None
+    )
 
 
 def test_usage_counters_move_for_the_injected_memories_only(
@@ -206,15 +210,24 @@ def test_usage_counters_move_for_the_injected_memories_only(
         assert run(task).memory_ids == [kept.pk]
     kept.refresh_from_db()
     left_out.refresh_from_db()
-    assert kept.injection_count == 1 and kept.last_injected_at == first
+    assert (
+        memory_usage_of(kept).injection_count == 1
+        and memory_usage_of(kept).last_injected_at == first
+    )
     assert kept.updated_at == edited_at  # usage is not an edit
-    assert left_out.injection_count == 0 and left_out.last_injected_at is None
+    assert (
+        memory_usage_of(left_out).injection_count == 0
+        and memory_usage_of(left_out).last_injected_at is None
+    )
 
     later = first + timedelta(hours=2)
     with freeze_time(later):
         run(task_factory(project, alice, prompt="another"))
     kept.refresh_from_db()
-    assert kept.injection_count == 2 and kept.last_injected_at == later
+    assert (
+        memory_usage_of(kept).injection_count == 2
+        and memory_usage_of(kept).last_injected_at == later
+    )
 
 
 def test_no_usage_is_counted_when_nothing_is_injected(task, alice, project, auto_memory_on):
@@ -226,7 +239,7 @@ def test_no_usage_is_counted_when_nothing_is_injected(task, alice, project, auto
     auto_memory_on(alice, use_memories=True)
     run(task)
     unused.refresh_from_db()
-    assert unused.injection_count == 0
+    assert memory_usage_of(unused).injection_count == 0
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL enforces varchar length")
@@ -239,7 +252,10 @@ def test_a_failed_write_leaves_nothing_half_done(task, alice, project, auto_memo
     assert "runs without memories" in caplog.text
     assert task_injected_ids(Task.objects.get(pk=task.pk)) == []
     remembered.refresh_from_db()
-    assert remembered.injection_count == 0 and remembered.last_injected_at is None
+    assert (
+        memory_usage_of(remembered).injection_count == 0
+        and memory_usage_of(remembered).last_injected_at is None
+    )
 
 
 def test_the_smallest_budget_injects_one_short_memory_whole(

@@ -18,6 +18,7 @@ from automemory.models import task_injected_ids
 from automemory.services.injector import inject_memories
 from automemory.services.search import query_terms
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, MemoryStatus, Task
+from tests.conftest import memory_usage_of
 
 TRANSACTION_CONTROL = re.compile(r"\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)\b", re.I)
 DEPLOY = "Deploys go through the release pipeline: tag the commit, then ship it with make release."
@@ -384,4 +385,7 @@ def test_over_http_and_the_worker_a_deploy_task_gets_the_old_deploy_memory(
     assert event.data["memory_ids"] == detail["injected_memory_ids"]
     assert set(event.data["left_out_for_budget"]).isdisjoint(detail["injected_memory_ids"])
     stored = IdentityMemory.objects.get(pk=deploy["id"])
-    assert stored.injection_count == 1 and stored.last_injected_at is not None
+    assert (
+        memory_usage_of(stored).injection_count == 1
+        and memory_usage_of(stored).last_injected_at is not None
+    )

@@ -20,6 +20,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from automemory.services.task_keys import TASK_KEY_ENV, task_key_new
 from controlplane.models import IdentityMemory, TaskStatus
+from tests.conftest import memory_usage_of
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 RELAY = BASE_DIR / "automemory" / "memory_relay.py"
@@ -136,7 +137,10 @@ def test_the_relay_offers_the_four_tools_and_answers_from_the_api(
     assert json.loads(text(got))["memory"]["content"] == "The staging database is db-stg-2."
     assert json.loads(text(reported)) == {"reported": memory.pk, "held_for_review": True}
     memory.refresh_from_db()
-    assert memory.report_count == 1 and memory.report_hold_at is not None
+    assert (
+        memory_usage_of(memory).report_count == 1
+        and memory_usage_of(memory).report_hold_at is not None
+    )
 
 
 def test_refusals_come_back_as_tool_errors_with_the_servers_message(
@@ -163,7 +167,7 @@ def test_refusals_come_back_as_tool_errors_with_the_servers_message(
         "Request body too large.",
     ]
     theirs.refresh_from_db()
-    assert theirs.report_count == 0
+    assert memory_usage_of(theirs).report_count == 0
 
 
 def test_a_wrong_or_spent_key_gets_an_error_and_nothing(running_task, live_server, tmp_path):

@@ -18,6 +18,7 @@ from automemory.services.feedback import memories_shown_record, memory_report
 from automemory.services.memory_tools import tool_report
 from controlplane.models import AuditEvent, IdentityMemory, TaskStatus
 from controlplane.services.memories import memory_approve
+from tests.conftest import memory_usage_of
 
 
 def report(client, memory, reason="wrong", note=""):
@@ -27,11 +28,11 @@ def report(client, memory, reason="wrong", note=""):
 
 
 def held(memory) -> bool:
-    return IdentityMemory.objects.get(pk=memory.pk).report_hold_at is not None
+    return memory_usage_of(IdentityMemory.objects.get(pk=memory.pk)).report_hold_at is not None
 
 
 def reported(memory) -> int:
-    return IdentityMemory.objects.get(pk=memory.pk).report_count
+    return memory_usage_of(IdentityMemory.objects.get(pk=memory.pk)).report_count
 
 
 def approve(owner, memory) -> None:

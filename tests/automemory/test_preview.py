@@ -14,6 +14,7 @@ from django.utils import timezone
 from automemory.models import task_injected_ids
 from automemory.services.feedback import memories_shown_record, memory_report
 from controlplane.models import IdentityMemory, MemoryStatus, TaskStatus
+from tests.conftest import memory_usage_of
 from worker.executors.echo import EchoExecutor
 from worker.loop import Worker
 
@@ -132,7 +133,7 @@ def test_the_preview_writes_nothing(api_client_for, project, alice, auto_memory_
     ]
     # The API token's last use is the only write (authentication's, not the preview's).
     assert all("api_tokens" in sql or "apitoken" in sql.lower() for sql in writes), writes
-    assert IdentityMemory.objects.get(pk=memory.pk).injection_count == 0
+    assert memory_usage_of(IdentityMemory.objects.get(pk=memory.pk)).injection_count == 0
 
 
 @pytest.mark.parametrize("role", ["owner", "member", "viewer"])

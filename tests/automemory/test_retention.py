@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import AutoMemorySettings
+from automemory.models import AutoMemorySettings, MemoryState
 from automemory.services.retention import memories_archive_unused
 from controlplane.models import (
     AuditEvent,
@@ -93,11 +93,12 @@ def test_archives_auto_memories_neither_cited_nor_written_within_the_days(
         clock.tick(timedelta(days=10))
         young = auto_memory(project, alice)
         clock.tick(timedelta(days=15))
-        IdentityMemory.objects.filter(pk=injected_lately.pk).update(
-            injection_count=3, last_injected_at=timezone.now()
+        MemoryState.objects.update_or_create(
+            memory_id=injected_lately.pk,
+            defaults=dict(injection_count=3, last_injected_at=timezone.now()),
         )
-        IdentityMemory.objects.filter(pk=cited_lately.pk).update(
-            cite_count=1, last_cited_at=timezone.now()
+        MemoryState.objects.update_or_create(
+            memory_id=cited_lately.pk, defaults=dict(cite_count=1, last_cited_at=timezone.now())
         )
         clock.tick(timedelta(days=5, seconds=1))  # 30 days and a second after START
         summary = memories_archive_unused(now=timezone.now())

@@ -9,8 +9,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from automemory.models import TaskMemoryState
-from controlplane.models import Task
+from automemory.models import MemoryState, TaskMemoryState
+from controlplane.models import IdentityMemory, Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,3 +127,64 @@ def test_a_running_turns_key_keeps_working_across_the_migration(before):
     _latest()
 
     assert task_key_authenticate(key=minted.key).pk == task.pk
+
+
+USAGE = (
+    "injection_count",
+    "last_injected_at",
+    "cite_count",
+    "last_cited_at",
+    "report_count",
+    "last_reported_at",
+    "report_hold_at",
+)
+
+
+def test_the_memory_usage_and_report_hold_arrive_whole_and_go_back(before):
+    User = before.get_model("auth", "User")
+    Project = before.get_model("controlplane", "Project")
+    HistoricalMemory = before.get_model("controlplane", "IdentityMemory")
+    alice = User.objects.create(username="alice")
+    project = Project.objects.create(name="webapp", created_by=alice)
+    now = timezone.now()
+    used = {
+        "injection_count": 12,
+        "last_injected_at": now - timedelta(hours=1),
+        "cite_count": 3,
+        "last_cited_at": now - timedelta(hours=2),
+        "report_count": 2,
+        "last_reported_at": now - timedelta(hours=3),
+        "report_hold_at": now - timedelta(hours=4),
+    }
+    only_held = {**dict.fromkeys(USAGE, None), "report_hold_at": now, "injection_count": 0}
+    only_held.update(cite_count=0, report_count=0)
+
+    def memory(**fields):
+        return HistoricalMemory.objects.create(
+            scope="project", project=project, content="c", created_by=alice, **fields
+        )
+
+    full, held, unused = memory(**used), memory(report_hold_at=now), memory()
+
+    _latest()
+
+    states = {
+        state.memory_id: {name: getattr(state, name) for name in USAGE}
+        for state in MemoryState.objects.all()
+    }
+    assert states == {full.pk: used, held.pk: only_held}  # an unused memory has no row
+    for name in USAGE:
+        assert not hasattr(IdentityMemory(), name)
+
+    executor = _executor()
+    executor.migrate(BEFORE)
+    Historical = (
+        _executor().loader.project_state(BEFORE).apps.get_model("controlplane", "IdentityMemory")
+    )
+    back = {m.pk: {name: getattr(m, name) for name in USAGE} for m in Historical.objects.all()}
+    assert back[full.pk] == used
+    assert back[held.pk] == only_held
+    assert back[unused.pk] == {
+        **dict.fromkeys(USAGE, None),
+        **dict.fromkeys(("injection_count", "cite_count", "report_count"), 0),
+    }

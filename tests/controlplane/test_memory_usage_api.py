@@ -5,7 +5,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from controlplane.models import IdentityMemory, MemoryStatus
+from automemory.models import MemoryState
+from controlplane.models import MemoryStatus
 
 MEMORY_FIELDS = {
     "id",
@@ -33,9 +34,7 @@ MEMORY_FIELDS = {
 def test_a_memory_shows_its_usage(api_client_for, alice, project, memory_factory):
     memory = memory_factory(project=project, content="Deploys go through make deploy.")
     injected_at = timezone.now()
-    IdentityMemory.objects.filter(pk=memory.pk).update(
-        injection_count=3, last_injected_at=injected_at
-    )
+    MemoryState.objects.create(memory=memory, injection_count=3, last_injected_at=injected_at)
     response = api_client_for(alice).get(f"/memories/{memory.pk}")
     assert response.status_code == 200
     body = response.json()

@@ -20,6 +20,7 @@ from playwright.sync_api import expect
 from automemory.models import MemoryFeedback
 from automemory.services.feedback import memories_shown_record, memory_cite, memory_report
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, TaskStatus
+from tests.conftest import memory_usage_of
 
 DOCS_DIR = Path(__file__).resolve().parents[3] / "docs" / "console"
 VIEWPORT = {"width": 1280, "height": 860}
@@ -101,7 +102,7 @@ def test_browser_owner_reviews_a_reported_memory(
     expect(page.get_by_role("heading", level=1)).to_have_text("Needs review")
     expect(page.locator(f"#review-{memory.pk}")).to_have_count(0)
     memory.refresh_from_db()
-    assert memory.report_hold_at is None
+    assert memory_usage_of(memory).report_hold_at is None
     assert errors == []
 
 

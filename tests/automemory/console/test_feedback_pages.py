@@ -12,11 +12,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from automemory import selectors
-from automemory.models import FeedbackKind, MemoryFeedback, task_injected_ids
+from automemory.models import FeedbackKind, MemoryFeedback, MemoryState, task_injected_ids
 from automemory.services.feedback import memories_shown_record, memory_cite, memory_report
 from automemory.services.injector import injection_days_record
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, Task, TaskStatus
 from controlplane.services import memories as memory_services
+from tests.conftest import memory_usage_of
 from worker.executors.echo import EchoExecutor
 from worker.loop import Worker
 
@@ -156,7 +157,10 @@ def test_approve_edit_and_delete_from_the_review_list_come_back_to_it(
     )
     first.refresh_from_db()
     assert approved.redirect_chain[-1][0] == here
-    assert first.report_hold_at is None and "Memory approved" in approved.content.decode()
+    assert (
+        memory_usage_of(first).report_hold_at is None
+        and "Memory approved" in approved.content.decode()
+    )
 
     edit_url = reverse("console:memory_edit", args=[second.pk]) + f"?next={here}"
     assert f'name="next" value="{here}"' in client.get(edit_url).content.decode()
@@ -164,7 +168,10 @@ def test_approve_edit_and_delete_from_the_review_list_come_back_to_it(
     second.refresh_from_db()
     assert edited.redirect_chain[-1][0] == here
     # Editing keeps the hold: only an approval releases it.
-    assert second.content == "The CI runs on GitHub Actions." and second.report_hold_at
+    assert (
+        second.content == "The CI runs on GitHub Actions."
+        and memory_usage_of(second).report_hold_at
+    )
 
     deleted = client.post(
         reverse("console:memory_delete", args=[third.pk]), {"next": here}, follow=True
@@ -232,7 +239,10 @@ def test_anyone_who_reads_a_memory_may_report_it(
     memory.refresh_from_db()
     assert response.redirect_chain[-1][0] == memory_url(memory)
     assert "until a project owner reviews it" in response.content.decode()
-    assert memory.report_hold_at is not None and memory.report_count == 1
+    assert (
+        memory_usage_of(memory).report_hold_at is not None
+        and memory_usage_of(memory).report_count == 1
+    )
     row = MemoryFeedback.objects.get(memory=memory)
     assert (row.kind, row.reason, row.via, row.user, row.task) == (
         FeedbackKind.REPORT,
@@ -262,7 +272,9 @@ def test_a_report_needs_a_reason_and_a_csrf_token(
     assert stranger.post(url, {"reason": "wrong"}).status_code == 404
     assert stranger.get(url).status_code == 404
     memory.refresh_from_db()
-    assert memory.report_count == 0 and memory.report_hold_at is None
+    assert (
+        memory_usage_of(memory).report_count == 0 and memory_usage_of(memory).report_hold_at is None
+    )
 
 
 # --- What would a task get? --------------------------------------------------------------------
@@ -535,8 +547,7 @@ def test_a_held_memory_awaits_its_author_and_does_not_exist_for_anyone_else(
     signed_in_client, project, alice, bob, vera, task_factory, auto_memory_on
 ):
     held = held_for(bob, project, task_factory, "The requester may move to Initech soon.")
-    held.injection_count = 20
-    held.save()
+    MemoryState.objects.create(memory=held, injection_count=20)
     task_factory(project, bob, completed=True, injected_memory_ids=[held.pk])
     author = signed_in_client(bob)
     project_page = author.get(reverse("console:project_memories", args=[project.pk]))
@@ -670,7 +681,7 @@ def test_reports_count_against_the_apis_per_user_rate(
     assert "Too many requests lately" in refused.content.decode()
     assert (
         sum(
-            IdentityMemory.objects.filter(pk__in=[m.pk for m in memories]).values_list(
+            MemoryState.objects.filter(memory_id__in=[m.pk for m in memories]).values_list(
                 "report_count", flat=True
             )
         )

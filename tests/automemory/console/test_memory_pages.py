@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from playwright.sync_api import expect
 
-from automemory.models import AutoMemoryLog, AutoMemorySettings
+from automemory.models import MEMORY_USAGE_DEFAULTS, AutoMemoryLog, AutoMemorySettings, MemoryState
 from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
     AuditEvent,
@@ -33,7 +33,9 @@ SECRET_TEXT = "push with token ghp_0123456789abcdefghijABCDEFGHIJ012345 from the
 
 
 def auto_memory(project, task, content, *, goal="goal", **fields):
-    """An auto memory written from `task`, with its provenance row."""
+    """An auto memory written from `task`, with its provenance row (and auto memory's row
+    of it when usage counters are given)."""
+    state = {name: fields.pop(name) for name in MEMORY_USAGE_DEFAULTS if name in fields}
     memory = IdentityMemory.objects.create(
         scope=MemoryScope.PROJECT,
         project=project,
@@ -44,6 +46,8 @@ def auto_memory(project, task, content, *, goal="goal", **fields):
         **fields,
     )
     MemorySourceTask.objects.create(memory=memory, task=task)
+    if state:
+        MemoryState.objects.create(memory=memory, **state)
     return memory
 
 

@@ -14,7 +14,7 @@ import pytest
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from automemory.models import AutoMemoryLog, Reason
+from automemory.models import AutoMemoryLog, MemoryState, Reason
 from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus
 
@@ -101,8 +101,8 @@ def console_story(
         completed=True,
         injected_memory_ids=[newest.pk],
     )
-    IdentityMemory.objects.filter(pk=newest.pk).update(
-        injection_count=4, last_injected_at=used_in.queued_at
+    MemoryState.objects.update_or_create(
+        memory_id=newest.pk, defaults=dict(injection_count=4, last_injected_at=used_in.queued_at)
     )
     memory_factory(
         project=project,

@@ -14,10 +14,11 @@ import urllib.request
 
 import pytest
 
-from automemory.models import AutoMemoryLog, FeedbackKind, MemoryFeedback
+from automemory.models import AutoMemoryLog, FeedbackKind, MemoryFeedback, MemoryState
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories as real_inject_memories
 from controlplane.models import IdentityMemory, MonthlySpend, TaskEvent, TaskStatus, UsageRecord
+from tests.conftest import memory_usage_of
 from tests.worker.real_codex.responses_server import Reply, mcp_tool_call, message
 from worker.codex import CodexExecutor
 
@@ -150,8 +151,11 @@ def test_an_agent_searches_cites_and_reports_through_the_memory_server(
     # The citation (the tool's and the result line's: once) and the report are recorded.
     right.refresh_from_db()
     stale.refresh_from_db()
-    assert right.cite_count == 1
-    assert (stale.report_count, stale.report_hold_at is not None) == (1, True)
+    assert memory_usage_of(right).cite_count == 1
+    assert (
+        memory_usage_of(stale).report_count,
+        memory_usage_of(stale).report_hold_at is not None,
+    ) == (1, True)
     report = MemoryFeedback.objects.get(memory=stale, kind=FeedbackKind.REPORT)
     assert (report.task_id, report.reason, report.via) == (task.pk, "outdated", "mcp")
     assert "hunter2hunter2" not in report.note and "[REDACTED]" in report.note
@@ -182,7 +186,7 @@ def test_an_agent_searches_cites_and_reports_through_the_memory_server(
     block = json.dumps(server.model_requests()[-1].body)
     assert f"#{right.pk} " in block
     assert f"#{stale.pk} " not in block and "memcached" not in block
-    assert IdentityMemory.objects.get(pk=stale.pk).report_hold_at is not None
+    assert memory_usage_of(IdentityMemory.objects.get(pk=stale.pk)).report_hold_at is not None
 
 
 def test_an_agent_cannot_reach_another_projects_memory(
@@ -222,7 +226,10 @@ def test_an_agent_cannot_reach_another_projects_memory(
     assert f"No memory #{theirs.pk} was shown" in outputs_of(requests[2])["r1"]
     assert "db-pay-1" not in json.dumps([r.body for r in requests])
     theirs.refresh_from_db()
-    assert (theirs.report_count, theirs.report_hold_at) == (0, None)
+    assert (memory_usage_of(theirs).report_count, memory_usage_of(theirs).report_hold_at) == (
+        0,
+        None,
+    )
 
 
 def test_a_report_flood_from_one_run_holds_three_memories_at_most(
@@ -260,7 +267,7 @@ def test_a_report_flood_from_one_run_holds_three_memories_at_most(
     answers = [outputs_of(requests[i + 2])[f"r{i}"] for i in range(len(shown))]
     assert [json.loads(a)["held_for_review"] for a in answers[:3]] == [True] * 3
     assert all("the most a task may report" in a for a in answers[3:]), answers
-    assert IdentityMemory.objects.filter(report_hold_at__isnull=False).count() == 3
+    assert MemoryState.objects.filter(report_hold_at__isnull=False).count() == 3
     assert MemoryFeedback.objects.filter(task=task, kind=FeedbackKind.REPORT).count() == 3
 
 
