@@ -228,3 +228,76 @@ def test_a_lower_app_names_no_module_of_a_higher_one_by_string(app, never):
             if isinstance(text, str) and dotted.match(text):
                 found.append(f"{module}:{node.lineno} {text}")
     assert found == []
+
+
+# --- What the host's tables hold --------------------------------------------------------------
+
+# The fields of the host's task and memory that a control plane has anyway, auto memory or
+# not: who owns a row, what it says, where it came from, its state and who wrote it when.
+# Everything that exists only because of auto memory lives in automemory's own tables
+# (`automemory/models/state.py`: `TaskMemoryState`, `MemoryState`).
+HOST_FIELDS = {
+    "Task": {
+        "id", "project", "user", "prompt", "goal", "kind", "parent_task", "status", "turn",
+        "continuation_prompt", "is_resume", "started_at", "finished_at", "result_text",
+        "failure_reason", "cost_usd", "executor", "thread_id", "worker_id", "claimed_at",
+        "heartbeat_at", "branch", "base_commit", "head_commit", "changed_files", "created_at",
+        "queued_at", "updated_at",
+    },
+    "IdentityMemory": {
+        "id", "scope", "user", "project", "content", "source", "source_task", "status",
+        "superseded_by", "created_by", "created_at", "updated_at",
+    },
+}  # fmt: skip
+# Auto memory's state that is still on the host's memory table (its goal and keywords, the
+# privacy-by-consent visibility, the instruction flags and their approval, the retention's
+# archive time, the provenance links): known, listed, and to move as the rest did. A field
+# leaves this list when it leaves the host.
+STILL_ON_THE_HOST = {
+    "IdentityMemory": {
+        "goal_key", "source_finished_at", "keywords", "visibility", "instruction_flags",
+        "flagged", "approved_at", "approved_by", "archived_at", "source_tasks",
+    },
+}  # fmt: skip
+# Host code that counts as using a field: the host's and the worker's own modules, not the
+# models that declare it, their admin pages or the migrations (history).
+HOST_CODE_SKIPPED = {"models", "migrations", "admin.py"}
+
+
+def _declared_fields(model) -> set[str]:
+    return {
+        field.name for field in model._meta.get_fields() if not field.auto_created or field.concrete
+    }
+
+
+@pytest.mark.parametrize("model_name", sorted(HOST_FIELDS))
+def test_the_hosts_task_and_memory_hold_no_auto_memory_state(model_name):
+    from django.apps import apps
+
+    fields = _declared_fields(apps.get_model("controlplane", model_name))
+    pending = STILL_ON_THE_HOST.get(model_name, set())
+    assert fields - HOST_FIELDS[model_name] - pending == set()
+    assert pending <= fields, "a field moved: take it off STILL_ON_THE_HOST"
+
+
+def test_no_host_field_is_there_for_auto_memory_alone():
+    """Every field of every host model is read or written by the host or the worker (their
+    code other than the models, admin and migrations): a field only auto memory uses belongs
+    in its own tables."""
+    from django.apps import apps
+
+    code = "\n".join(
+        path.read_text()
+        for app in ("controlplane", "worker")
+        for path in (ROOT / app).rglob("*")
+        if path.suffix in (".py", ".html") and not HOST_CODE_SKIPPED & set(path.parts)
+    )
+    unused = []
+    for model in apps.get_app_config("controlplane").get_models():
+        pending = STILL_ON_THE_HOST.get(model.__name__, set())
+        for name in sorted(_declared_fields(model) - pending):
+            field = model._meta.get_field(name)
+            names = {name, getattr(field, "attname", name), getattr(field, "column", name)}
+            if not any(re.search(rf"\b{re.escape(n)}\b", code) for n in names if n):
+                unused.append(f"{model.__name__}.{name}")
+    assert unused == []

@@ -40,6 +40,12 @@ class IdentityMemory(models.Model):
     User-level memories are written only by hand. Auto memories are project-level, come from
     one task each (`source_task`, exposed as `source_thread_id`) and carry `goal_key`, the
     hash of their normalised goal line, so that one goal keeps one active memory.
+
+    A memory's usage counters and report hold are auto memory's, in its own table
+    (`automemory.MemoryState`); the host's API shows them through the values apps register
+    (`selectors.memory_row_extra_register`). The goal, keywords, visibility, instruction
+    flags, archive time and provenance links are still here, with the constraints that keep
+    their invariants (see docs/architecture.md, "The boundary").
     """
 
     scope = models.CharField(max_length=16, choices=MemoryScope.choices)
