@@ -172,9 +172,9 @@ class Fixture:
         from django.db import transaction
         from django.utils import timezone
 
-        from automemory.models import AutoMemoryLog
+        from automemory.models import AutoMemoryLog, MemorySourceTask
         from automemory.services.text import goal_key
-        from controlplane.models import IdentityMemory, MemorySourceTask, Task
+        from controlplane.models import IdentityMemory, Task
 
         missing = total - self.memories
         if missing <= 0:

@@ -140,12 +140,11 @@ def run_one(t: Transcript, *, prefix: str, model: str | None, drafts: list) -> R
     from django.db.models import Sum
     from django.utils import timezone
 
-    from automemory.models import AutoMemoryLog
+    from automemory.models import AutoMemoryLog, MemorySourceTask
     from automemory.services.injector import inject_memories
     from controlplane.models import (
         IdentityMemory,
         MemorySource,
-        MemorySourceTask,
         Task,
         UsageRecord,
     )

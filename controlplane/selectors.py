@@ -1,11 +1,10 @@
 """Reads for the API, always scoped through controlplane.access."""
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, F, JSONField, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Left, NullIf
 
 from controlplane.access import project_memories_visible_to, projects_visible_to, tasks_visible_to
@@ -14,7 +13,6 @@ from controlplane.models import (
     IdentityMemory,
     Membership,
     MemoryScope,
-    MemorySourceTask,
     Project,
     Task,
     TaskDiff,
@@ -108,15 +106,14 @@ def _memory_filter(
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
-    # Rows of only what the API shows, with the authors' names and the source tasks beside them
-    # (no model, user or link objects built): a page of any size is one statement.
+    # Rows of only what the API shows, with the authors' names beside them (no model or user
+    # objects built): a page of any size is one statement.
     # Apps' values about each memory (`memory_row_extra_register`) join the same statement.
     extras = {name: extra.expression for name, extra in _memory_row_extras.items()}
     return (
         memories.annotate(
             created_by_name=F("created_by__username"),
             approved_by_name=F("approved_by__username"),
-            source_task_ids=SourceTaskIds(),
             **extras,
         )
         .order_by("-created_at", "-id")
@@ -134,8 +131,8 @@ class MemoryRowExtra:
     read: Callable[[IdentityMemory], Any]
 
 
-# Registered by apps (automemory: the usage counters and the report hold), so the host never
-# imports them; a name nobody registered reads as the serializer's default.
+# Registered by apps (automemory: the usage counters, the report hold and the source tasks),
+# so the host never imports them; a name nobody registered reads as the serializer's default.
 _memory_row_extras: dict[str, MemoryRowExtra] = {}
 
 
@@ -147,13 +144,9 @@ def memory_row_extra_register(name: str, *, expression, read: Callable) -> None:
 def memory_row(memory: IdentityMemory) -> dict:
     """A memory in the lists' row shape (MEMORY_LIST_FIELDS and the apps' extras), so one
     serializer writes both."""
-    row = {name: getattr(memory, name) for name in MEMORY_LIST_FIELDS[:-3]}
+    row = {name: getattr(memory, name) for name in MEMORY_LIST_FIELDS[:-2]}
     row["created_by_name"] = memory.created_by.username if memory.created_by_id else None
     row["approved_by_name"] = memory.approved_by.username if memory.approved_by_id else None
-    ids = getattr(memory, "source_task_ids", None)
-    row["source_task_ids"] = (
-        ids if ids is not None else [link.task_id for link in memory.source_links.all()]
-    )
     for name, extra in _memory_row_extras.items():
         row[name] = extra.read(memory)
     return row
@@ -168,36 +161,7 @@ def memory_extra(memory: IdentityMemory | dict, name: str, default):
     return extra.read(memory) if extra is not None else default
 
 
-class SourceTaskIds(Subquery):
-    """The ids of a memory's source tasks, in the order they went in (created_at, id), read in
-    the memory's own row: `ARRAY(...)` on PostgreSQL, `json_group_array` over the ordered
-    subquery on SQLite. Always a list, empty for a memory without sources."""
-
-    def __init__(self) -> None:
-        links = MemorySourceTask.objects.filter(memory_id=OuterRef("pk")).order_by(
-            "created_at", "id"
-        )
-        super().__init__(links.values(source_task_id=F("task_id")), output_field=JSONField())
-
-    def as_sql(self, compiler, connection, template=None, **extra_context):
-        sql, params = super().as_sql(compiler, connection, **extra_context)
-        return f"(SELECT json_group_array(source_task_id) FROM {sql})", params
-
-    def as_postgresql(self, compiler, connection, **extra_context):
-        sql, params = super().as_sql(compiler, connection, **extra_context)
-        return f"ARRAY{sql}", params
-
-    def get_db_converters(self, connection):
-        return [_id_list]
-
-
-def _id_list(value, expression, connection) -> list[int]:
-    if value is None:
-        return []
-    return json.loads(value) if isinstance(value, str) else list(value)
-
-
-# The last three are read beside the memory's own columns (memory_row relies on the order).
+# The last two are read beside the memory's own columns (memory_row relies on the order).
 MEMORY_LIST_FIELDS = (
     "pk",
     "scope",
@@ -218,7 +182,6 @@ MEMORY_LIST_FIELDS = (
     "archived_at",
     "created_by_name",
     "approved_by_name",
-    "source_task_ids",
 )
 
 

@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 from automemory.models import (
     MEMORY_USAGE_DEFAULTS,
     AutoMemorySettings,
+    MemorySourceTask,
     MemoryState,
     TaskMemoryState,
 )
@@ -24,7 +25,6 @@ from controlplane.models import (
     Membership,
     MemoryScope,
     MemorySource,
-    MemorySourceTask,
     MemoryStatus,
     Project,
     Role,

@@ -44,6 +44,7 @@ from automemory.models.settings import (  # noqa: F401
 )
 from automemory.models.state import (  # noqa: F401
     MEMORY_USAGE_DEFAULTS,
+    MemorySourceTask,
     MemoryState,
     TaskMemoryState,
     injected_ids_of,

@@ -9,6 +9,7 @@ usage counters and the report hold live here, one row per memory that has any.
 from django.db import models
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from controlplane.models import IdentityMemory, Task
 
@@ -144,3 +145,31 @@ def memory_usage() -> dict:
         path = F(f"auto_memory_state__{name}")
         annotations[name] = Coalesce(path, Value(default)) if default is not None else path
     return annotations
+
+
+class MemorySourceTask(models.Model):
+    """A task whose knowledge went into a memory (provenance: memory -> tasks).
+
+    Unique per task: a task goes into at most one memory, whether it made a new one or was
+    merged into an existing one by consolidation. Auto memory's own table: the host's memory
+    keeps its first source task only (`IdentityMemory.source_task`).
+    """
+
+    memory = models.ForeignKey(
+        IdentityMemory, on_delete=models.CASCADE, related_name="source_links"
+    )
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="memory_links")
+    # How the task got in: it made the memory, or it was merged into it.
+    merged = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "automemory_memory_source_tasks"
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["task"], name="memory_source_one_memory_per_task"),
+        ]
+        indexes = [models.Index(fields=["memory", "created_at"], name="memory_source_memory_idx")]
+
+    def __str__(self) -> str:
+        return f"task {self.task_id} -> memory {self.memory_id}"

@@ -6,15 +6,16 @@ move it in one upsert (`INSERT ... SELECT ... ON CONFLICT DO UPDATE`), taking on
 that still exist, so a memory deleted meanwhile is skipped as a plain update skipped it.
 """
 
+import json
 from collections.abc import Iterable
 from datetime import datetime
 from functools import partial
 
 from django.db import connection
-from django.db.models import F, Value
+from django.db.models import F, JSONField, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from automemory.models import MEMORY_USAGE_DEFAULTS, MemoryState
+from automemory.models import MEMORY_USAGE_DEFAULTS, MemorySourceTask, MemoryState
 from controlplane.models import IdentityMemory
 from controlplane.rawsql import column, table
 
@@ -104,9 +105,9 @@ def memory_held_for_review(memory: IdentityMemory) -> bool:
 
 def memory_row_extras() -> dict[str, dict]:
     """What the host's memory API shows of `MemoryState` (`memory_row_extra_register`):
-    the counters and their times, and since when a report holds the memory (None when
-    none does), each as a list's annotation (a LEFT JOIN, so a memory without a row reads
-    the defaults) and as a read of one memory."""
+    the counters and their times, since when a report holds the memory (None when none
+    does) and its source tasks (`source_task_ids`), each as a list's annotation (a LEFT
+    JOIN, so a memory without a row reads the defaults) and as a read of one memory."""
     extras = {}
     for name, default in MEMORY_USAGE_DEFAULTS.items():
         field = "held_for_review_since" if name == "report_hold_at" else name
@@ -115,7 +116,45 @@ def memory_row_extras() -> dict[str, dict]:
             "expression": Coalesce(path, Value(default)) if default is not None else path,
             "read": partial(_state_value, name=name),
         }
+    extras["source_task_ids"] = {"expression": SourceTaskIds(), "read": memory_source_task_ids}
     return extras
+
+
+class SourceTaskIds(Subquery):
+    """The ids of a memory's source tasks (`MemorySourceTask`), in the order they went in
+    (created_at, id), read in the memory's own row: `ARRAY(...)` on PostgreSQL,
+    `json_group_array` over the ordered subquery on SQLite. Always a list, empty for a
+    memory without sources."""
+
+    def __init__(self) -> None:
+        links = MemorySourceTask.objects.filter(memory_id=OuterRef("pk")).order_by(
+            "created_at", "id"
+        )
+        super().__init__(links.values(source_task_id=F("task_id")), output_field=JSONField())
+
+    def as_sql(self, compiler, connection, template=None, **extra_context):
+        sql, params = super().as_sql(compiler, connection, **extra_context)
+        return f"(SELECT json_group_array(source_task_id) FROM {sql})", params
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        sql, params = super().as_sql(compiler, connection, **extra_context)
+        return f"ARRAY{sql}", params
+
+    def get_db_converters(self, connection):
+        return [_id_list]
+
+
+def _id_list(value, expression, connection) -> list[int]:
+    if value is None:
+        return []
+    return json.loads(value) if isinstance(value, str) else list(value)
+
+
+def memory_source_task_ids(memory: IdentityMemory) -> list[int]:
+    """The ids of the memory's source tasks, in the order they went in (as annotated by
+    `SourceTaskIds`, else from its links, prefetched or read)."""
+    ids = memory.__dict__.get("source_task_ids")
+    return ids if ids is not None else [link.task_id for link in memory.source_links.all()]
 
 
 def _state_value(memory: IdentityMemory, *, name: str):

@@ -446,10 +446,8 @@ class MemoryOutput(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_source_task_ids(self, memory: IdentityMemory) -> list[int]:
-        # A list's rows carry them (selectors.SourceTaskIds); else ordered by the link's Meta
-        # (created_at, id).
-        ids = getattr(memory, "source_task_ids", None)
-        return ids if ids is not None else [link.task_id for link in memory.source_links.all()]
+        # Auto memory's provenance links (an app's value: `selectors.memory_extra`).
+        return memory_extra(memory, "source_task_ids", [])
 
     def to_representation(self, memory: IdentityMemory | dict) -> dict:
         """The fields above, read directly rather than through DRF's per-field machinery, from
@@ -488,7 +486,7 @@ class MemoryOutput(serializers.ModelSerializer):
             "approved_at": when(row["approved_at"]),
             "approved_by": row["approved_by_name"] if row["approved_by_id"] is not None else None,
             "archived_at": when(row["archived_at"]),
-            "source_task_ids": row["source_task_ids"],
+            "source_task_ids": row.get("source_task_ids", []),
         }
 
     def _datetime_field(self):

@@ -8,7 +8,6 @@ from controlplane.models.memories import (  # noqa: F401
     IdentityMemory,
     MemoryScope,
     MemorySource,
-    MemorySourceTask,
     MemoryStatus,
     MemoryVisibility,
     memory_awaiting_approval,

@@ -1,9 +1,8 @@
-"""Identity memories (user- and project-level) and the tasks they came from."""
+"""Identity memories (user- and project-level)."""
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
 
 from controlplane.models.projects import Project
 from controlplane.models.tasks import Task
@@ -107,11 +106,6 @@ class IdentityMemory(models.Model):
     )
     # When the retention rule archived the memory (status `archived`); cleared on restore.
     archived_at = models.DateTimeField(null=True, blank=True)
-    # Every task whose knowledge is in this memory (the first is `source_task`; a
-    # consolidation that merges a task into the memory adds it). A task feeds one memory.
-    source_tasks = models.ManyToManyField(
-        Task, through="MemorySourceTask", related_name="sourced_memories", blank=True
-    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -211,30 +205,3 @@ class IdentityMemory(models.Model):
 def memory_awaiting_approval(*, flagged: bool, approved_at) -> bool:
     """The rule of `IdentityMemory.awaiting_approval`, for rows read without the model."""
     return flagged and approved_at is None
-
-
-class MemorySourceTask(models.Model):
-    """A task whose knowledge went into a memory (provenance: memory -> tasks).
-
-    Unique per task: a task goes into at most one memory, whether it made a new one or was
-    merged into an existing one by consolidation.
-    """
-
-    memory = models.ForeignKey(
-        IdentityMemory, on_delete=models.CASCADE, related_name="source_links"
-    )
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="memory_links")
-    # How the task got in: it made the memory, or it was merged into it.
-    merged = models.BooleanField(default=False)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        db_table = "identity_memory_source_tasks"
-        ordering = ["created_at", "id"]
-        constraints = [
-            models.UniqueConstraint(fields=["task"], name="memory_source_one_memory_per_task"),
-        ]
-        indexes = [models.Index(fields=["memory", "created_at"], name="memory_source_memory_idx")]
-
-    def __str__(self) -> str:
-        return f"task {self.task_id} -> memory {self.memory_id}"

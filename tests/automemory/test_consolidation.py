@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import AutoMemoryLog
+from automemory.models import AutoMemoryLog, MemorySourceTask
 from automemory.services.extraction.consolidation import (
     DecisionInvalid,
     consolidation_candidates,
@@ -25,7 +25,6 @@ from automemory.services.text import goal_key
 from controlplane.models import (
     IdentityMemory,
     MemorySource,
-    MemorySourceTask,
     MemoryStatus,
     TaskEvent,
     UsageKind,

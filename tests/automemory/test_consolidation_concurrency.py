@@ -14,11 +14,10 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from automemory.models import AutoMemoryLog, AutoMemorySettings
+from automemory.models import AutoMemoryLog, AutoMemorySettings, MemorySourceTask
 from controlplane.models import (
     IdentityMemory,
     Membership,
-    MemorySourceTask,
     Project,
     Role,
     Task,

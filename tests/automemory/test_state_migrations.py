@@ -9,7 +9,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from automemory.models import MemoryState, TaskMemoryState
+from automemory.models import MemorySourceTask, MemoryState, TaskMemoryState
 from controlplane.models import IdentityMemory, Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -188,3 +188,44 @@ def test_the_memory_usage_and_report_hold_arrive_whole_and_go_back(before):
         **dict.fromkeys(USAGE, None),
         **dict.fromkeys(("injection_count", "cite_count", "report_count"), 0),
     }
+
+
+def test_the_provenance_links_arrive_whole_and_go_back(before):
+    """The host's links become auto memory's (the same rows, under auto memory's table)."""
+    User = before.get_model("auth", "User")
+    Project = before.get_model("controlplane", "Project")
+    HistoricalTask = before.get_model("controlplane", "Task")
+    HistoricalMemory = before.get_model("controlplane", "IdentityMemory")
+    HistoricalLink = before.get_model("controlplane", "MemorySourceTask")
+    alice = User.objects.create(username="alice")
+    project = Project.objects.create(name="webapp", created_by=alice)
+    first, merged = (
+        HistoricalTask.objects.create(project=project, user=alice, prompt=p) for p in "ab"
+    )
+    memory = HistoricalMemory.objects.create(
+        scope="project", project=project, content="c", source="auto", source_task=first
+    )
+    at = timezone.now() - timedelta(days=1)
+    made = HistoricalLink.objects.create(memory=memory, task=first, created_at=at)
+    joined = HistoricalLink.objects.create(memory=memory, task=merged, merged=True)
+
+    _latest()
+
+    links = {
+        link.pk: (link.memory_id, link.task_id, link.merged, link.created_at)
+        for link in MemorySourceTask.objects.all()
+    }
+    assert links == {
+        made.pk: (memory.pk, first.pk, False, at),
+        joined.pk: (memory.pk, merged.pk, True, joined.created_at),
+    }
+    assert MemorySourceTask._meta.db_table == "automemory_memory_source_tasks"
+
+    executor = _executor()
+    executor.migrate(BEFORE)
+    Historical = _executor().loader.project_state(BEFORE).apps
+    back = Historical.get_model("controlplane", "MemorySourceTask").objects.order_by("pk")
+    assert [(link.pk, link.task_id, link.merged) for link in back] == [
+        (made.pk, first.pk, False),
+        (joined.pk, merged.pk, True),
+    ]

@@ -10,8 +10,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework import serializers
 
+from automemory.models import MemorySourceTask
 from controlplane.api.serializers import MemoryOutput
-from controlplane.models import IdentityMemory, MemorySource, MemorySourceTask, MemoryStatus
+from controlplane.models import IdentityMemory, MemorySource, MemoryStatus
 from controlplane.selectors import memory_list_for_project, memory_list_for_user
 
 

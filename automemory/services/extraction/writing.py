@@ -29,14 +29,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from automemory.models import AutoMemoryLog, ExtractionDraft, Outcome, Reason
+from automemory.models import AutoMemoryLog, ExtractionDraft, MemorySourceTask, Outcome, Reason
 from automemory.services.extraction.log import Verdict, log_row_write
 from automemory.services.text import keywords_clean
 from controlplane.models import (
     IdentityMemory,
     MemoryScope,
     MemorySource,
-    MemorySourceTask,
     MemoryStatus,
     MemoryVisibility,
     Task,

@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from automemory.models import TaskAutoMemoryFlags
-from controlplane.models import IdentityMemory, MemoryScope, MemorySource, MemorySourceTask
+from automemory.models import MemorySourceTask, TaskAutoMemoryFlags
+from controlplane.models import IdentityMemory, MemoryScope, MemorySource
 
 pytestmark = pytest.mark.django_db
 

@@ -637,8 +637,7 @@ def test_wrong_methods_and_odd_pages(client, project, alice, memory_factory):
 def test_a_held_memory_is_not_on_its_source_tasks_page_for_other_members(
     client, project, alice, bob, task_factory, log_row_factory
 ):
-    from automemory.models import Outcome, Reason
-    from controlplane.models import MemorySourceTask
+    from automemory.models import MemorySourceTask, Outcome, Reason
 
     task = task_factory(project, bob, completed=True)
     held = held_for(bob, project, task_factory, "The requester may move to Initech soon.")

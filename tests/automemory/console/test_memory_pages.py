@@ -15,14 +15,19 @@ from django.utils import timezone
 from django.utils.html import escape
 from playwright.sync_api import expect
 
-from automemory.models import MEMORY_USAGE_DEFAULTS, AutoMemoryLog, AutoMemorySettings, MemoryState
+from automemory.models import (
+    MEMORY_USAGE_DEFAULTS,
+    AutoMemoryLog,
+    AutoMemorySettings,
+    MemorySourceTask,
+    MemoryState,
+)
 from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
     AuditEvent,
     IdentityMemory,
     MemoryScope,
     MemorySource,
-    MemorySourceTask,
     MemoryStatus,
 )
 
