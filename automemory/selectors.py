@@ -48,6 +48,7 @@ from controlplane.models import (
     UsageRecord,
 )
 from controlplane.rawsql import column, table
+from controlplane.selectors import memory_list
 
 
 def auto_memory_log_list(*, user) -> QuerySet[AutoMemoryLog]:
@@ -75,50 +76,9 @@ def _memory_page_queryset(memories: QuerySet[IdentityMemory]) -> QuerySet[Identi
     )
 
 
-def _memory_filtered(
-    memories: QuerySet[IdentityMemory],
-    *,
-    source: str | None,
-    status: str | None,
-    q: str | None,
-) -> QuerySet[IdentityMemory]:
-    if source:
-        memories = memories.filter(source=source)
-    if status:
-        memories = memories.filter(status=status)
-    if q:
-        memories = memories.filter(content__icontains=q)
-    return _memory_page_queryset(memories).order_by("-created_at", "-id")
-
-
-def project_memories_list(
-    *,
-    project,
-    user,
-    scope: str | None = None,
-    source: str | None = None,
-    status: str | None = None,
-    q: str | None = None,
-) -> QuerySet[IdentityMemory]:
-    """The memories a project's tasks can draw on, newest first, for the console.
-
-    Scope `project` (the default): the project's memories. Scope `user`: the signed-in
-    user's own user-level memories (which their tasks in any project receive); they are
-    private, so only ever the caller's own. The caller has checked membership.
-    """
-    if scope == MemoryScope.USER:
-        memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
-    else:
-        memories = project_memories_visible_to(user, project_id=project.pk)
-    return _memory_filtered(memories, source=source, status=status, q=q)
-
-
-def my_memories_list(
-    *, user, status: str | None = None, q: str | None = None
-) -> QuerySet[IdentityMemory]:
-    """The user's own user-level memories, newest first (only ever shown to that user)."""
-    memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
-    return _memory_filtered(memories, source=None, status=status, q=q)
+def console_memory_list(**filters) -> QuerySet[IdentityMemory]:
+    """`controlplane.selectors.memory_list` (same arguments) with what a console row shows."""
+    return _memory_page_queryset(memory_list(**filters))
 
 
 def memory_detail_get(*, user, memory_id: int) -> IdentityMemory | None:

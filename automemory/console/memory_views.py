@@ -107,10 +107,9 @@ def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
     if form.is_valid():
         filters = form.cleaned_data
         scope = filters["scope"] or MemoryScope.PROJECT
-        memories = selectors.project_memories_list(
-            project=project,
+        memories = selectors.console_memory_list(
             user=request.user,
-            scope=scope,
+            project=None if scope == MemoryScope.USER else project,
             source=filters["source"] or None,
             status=filters["status"] or None,
             q=filters["q"] or None,
@@ -274,7 +273,7 @@ def my_memories(request: HttpRequest) -> HttpResponse:
     page_obj = None
     if filter_form.is_valid():
         filters = filter_form.cleaned_data
-        memories = selectors.my_memories_list(
+        memories = selectors.console_memory_list(
             user=request.user, status=filters["status"] or None, q=filters["q"] or None
         )
         page_obj = _page(request, memories)

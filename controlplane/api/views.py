@@ -282,8 +282,8 @@ class MyMemoriesView(APIView):
     )
     def get(self, request: Request) -> Response:
         filters = validated(s.MemoryFilterInput, request.query_params)
-        memories = selectors.memory_list_for_user(user=request.user, **filters)
-        return paginated_response(request, self, memories, s.MemoryOutput)
+        memories = selectors.memory_list(user=request.user, **filters)
+        return paginated_response(request, self, s.MemoryOutput.rows(memories), s.MemoryOutput)
 
     @extend_schema(
         operation_id="users_me_memories_create",
@@ -308,8 +308,8 @@ class ProjectMemoriesView(APIView):
     def get(self, request: Request, project_id: str) -> Response:
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
         filters = validated(s.MemoryFilterInput, request.query_params)
-        memories = selectors.memory_list_for_project(project=project, user=request.user, **filters)
-        return paginated_response(request, self, memories, s.MemoryOutput)
+        memories = selectors.memory_list(user=request.user, project=project, **filters)
+        return paginated_response(request, self, s.MemoryOutput.rows(memories), s.MemoryOutput)
 
     @extend_schema(
         operation_id="projects_memories_create",
