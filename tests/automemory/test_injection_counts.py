@@ -17,8 +17,7 @@ pytestmark = pytest.mark.django_db
 
 def _days() -> dict:
     return {
-        (row.memory_id, row.day.isoformat()): row.tasks
-        for row in MemoryInjectionDay.objects.all()
+        (row.memory_id, row.day.isoformat()): row.tasks for row in MemoryInjectionDay.objects.all()
     }
 
 
