@@ -399,48 +399,40 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
         archived=Count("pk", filter=Q(status=MemoryStatus.ARCHIVED)),
     )
 
-    def week_of(day: date) -> int | None:
-        index = (day - first_day).days // 7
-        return index if 0 <= index < HEALTH_WEEKS else None
+    def by_week(per_day, key=lambda *_: None) -> dict:
+        """Per-day totals (rows of day, [kind,] total) summed into the window's weeks, for
+        each `key(kind)`: {key: [total of week 0, ...]}."""
+        weeks: dict = {}
+        for day, *kind, total in per_day:
+            index = (day - first_day).days // 7
+            if 0 <= index < HEALTH_WEEKS:
+                weeks.setdefault(key(*kind), [0] * HEALTH_WEEKS)[index] += total
+        return weeks
 
-    created = [0] * HEALTH_WEEKS
-    new_per_day = (
+    empty = [0] * HEALTH_WEEKS
+    created = by_week(
         memories.filter(created_at__gte=since)
         .annotate(day=TruncDate("created_at"))
         .values_list("day")
         .annotate(total=Count("pk"))
         .order_by()
-    )
-    for day, total in new_per_day:
-        index = week_of(day)
-        if index is not None:
-            created[index] += total
-
-    cited = [0] * HEALTH_WEEKS
-    reported = [0] * HEALTH_WEEKS
-    per_day = (
+    ).get(None, empty)
+    feedback = by_week(
         MemoryFeedback.objects.filter(created_at__gte=since, memory__in=memories.values("pk"))
         .annotate(day=TruncDate("created_at"))
         .values_list("day", "kind")
         .annotate(total=Count("pk"))
-        .order_by()
+        .order_by(),
+        key=lambda kind: kind,
     )
-    for day, kind, total in per_day:
-        index = week_of(day)
-        if index is not None:
-            (cited if kind == FeedbackKind.CITE else reported)[index] += total
-
-    injected = [0] * HEALTH_WEEKS
-    received = (
+    cited = feedback.get(FeedbackKind.CITE, empty)
+    reported = feedback.get(FeedbackKind.REPORT, empty)
+    injected = by_week(
         MemoryInjectionDay.objects.filter(day__gte=first_day, memory__in=memories.values("pk"))
         .values_list("day")
         .annotate(total=Sum("tasks"))
         .order_by()
-    )
-    for day, total in received:
-        index = week_of(day)
-        if index is not None:
-            injected[index] += total
+    ).get(None, empty)
 
     weeks = [
         HealthWeek(

@@ -105,26 +105,27 @@ class Access:
     denies: bool
 
 
-def project_access(action: str) -> Access:
-    """A project of the caller's, on which their role allows `action`."""
+def _by_role(name: str, get_for: Callable[..., Any], action: str) -> Access:
+    """The object `<name>_id` names, by `get_for` (`controlplane.access.<name>_get_for`), on
+    whose project the caller's role allows `action`."""
+    path = f"{name}_id"
     return Access(
-        "project",
-        "project_id",
-        lambda user, value: access.project_get_for(user=user, project_id=value, action=action),
-        PROJECT_ID,
+        name,
+        path,
+        lambda user, value: get_for(user=user, action=action, **{path: value}),
+        id_parameter(path, name.capitalize()),
         denies=action != access.READ,
     )
+
+
+def project_access(action: str) -> Access:
+    """A project of the caller's, on which their role allows `action`."""
+    return _by_role("project", access.project_get_for, action)
 
 
 def task_access(action: str) -> Access:
     """A task of one of the caller's projects, on which their role allows `action`."""
-    return Access(
-        "task",
-        "task_id",
-        lambda user, value: access.task_get_for(user=user, task_id=value, action=action),
-        TASK_ID,
-        denies=action != access.READ,
-    )
+    return _by_role("task", access.task_get_for, action)
 
 
 def memory_access(get_for: Callable[..., Any]) -> Access:

@@ -70,6 +70,11 @@ def column(name: str, **options) -> MemoryField:
     return MemoryField(name, reads={name: name}, **options)
 
 
+def counter(name: str, help_text: str) -> MemoryField:
+    """A usage counter: the model's column of the same name, described."""
+    return column(name, drf=serializers.IntegerField(read_only=True, help_text=help_text))
+
+
 MEMORY_OUTPUT: tuple[MemoryField, ...] = (
     column("id"),
     column("scope"),
@@ -95,29 +100,15 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
     ),
     column("created_at", when=True),
     column("updated_at", when=True),
-    column(
-        "injection_count",
-        drf=serializers.IntegerField(
-            read_only=True, help_text="How many tasks the memory was injected into."
-        ),
-    ),
+    counter("injection_count", "How many tasks the memory was injected into."),
     column("last_injected_at", when=True),
-    column(
+    counter(
         "cite_count",
-        drf=serializers.IntegerField(
-            read_only=True,
-            help_text="How many tasks cited the memory as used (a `Memories used:` line, or "
-            "the memory tool's cite).",
-        ),
+        "How many tasks cited the memory as used (a `Memories used:` line, or the memory "
+        "tool's cite).",
     ),
     column("last_cited_at", when=True),
-    column(
-        "report_count",
-        drf=serializers.IntegerField(
-            read_only=True,
-            help_text="How many reports said the memory misled (wrong, outdated, unsafe).",
-        ),
-    ),
+    counter("report_count", "How many reports said the memory misled (wrong, outdated, unsafe)."),
     column("last_reported_at", when=True),
     MemoryField(
         "held_for_review",

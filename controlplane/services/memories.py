@@ -134,17 +134,12 @@ def memory_create(*, user, content: str, project: Project | None = None) -> Iden
     )
     by_author = _approve_by_author(user=user, memory=memory)
     memory.save()
-    audit_record(
-        action="memory_created",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "scope": memory.scope,
-            "project_id": memory.project_id,
-            "instruction_flags": flags,
-            "awaiting_approval": memory.awaiting_approval,
-        },
+    _audit_memory(
+        "memory_created",
+        user=user,
+        memory=memory,
+        instruction_flags=flags,
+        awaiting_approval=memory.awaiting_approval,
     )
     if by_author:
         _audit_approved(user=user, memory=memory, by_author=True)
