@@ -27,7 +27,7 @@ from django.utils import timezone
 from controlplane.errors import DomainError
 from controlplane.models import MonthlySpend, Task, UsageKind, UsageRecord
 from controlplane.months import month_bounds, month_of
-from controlplane.rawsql import qn
+from controlplane.rawsql import qn, sqlite_tables_and_triggers
 
 logger = logging.getLogger(__name__)
 
@@ -181,12 +181,7 @@ def sqlite_month_trigger_ensure(*, using: str = "default", **_kwargs) -> None:
     if conn.vendor != "sqlite":
         return
     with conn.cursor() as cursor:
-        names = {
-            row[0]
-            for row in cursor.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
-            ).fetchall()
-        }
+        names = sqlite_tables_and_triggers(cursor)
         if "usage_ledger" not in names or SQLITE_MONTH_TRIGGER in names:
             return
         if "usage_monthly_spend" not in names:
