@@ -8,7 +8,8 @@ permission); this module only says which permission each action needs.
 from django.contrib.auth import get_user_model
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound
+from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -327,10 +328,9 @@ class MyQuotaView(APIView):
     )
 
 
-def _user_for_staff(actor, username: str):
-    """The user named `username`, for a staff member (403 for anyone else)."""
-    if not actor.is_staff:
-        raise PermissionDenied()
+def _user_named(actor, username: str):
+    """The user named `username` (the views are staff only: `IsAdminUser` answers 403 to
+    anyone else before this)."""
     user = None
     if not text_problem(username):
         user = get_user_model().objects.filter(username=username).first()
@@ -342,7 +342,7 @@ def _user_for_staff(actor, username: str):
 USER_FOR_STAFF = Access(
     "named_user",
     "username",
-    _user_for_staff,
+    _user_named,
     OpenApiParameter(
         "username", OpenApiTypes.STR, OpenApiParameter.PATH, description="A username."
     ),
@@ -356,6 +356,8 @@ def _quota_set(call: Call):
 
 
 class UserQuotaView(APIView):
+    permission_classes = [IsAdminUser]
+
     get = endpoint(
         lambda call: quota_status_get(user_id=call.named_user.pk),
         access=USER_FOR_STAFF,
