@@ -19,6 +19,7 @@ from controlplane.limits import (
     PROMPT_MAX_CHARS,
 )
 from controlplane.models import (
+    USAGE_TOKEN_FIELDS,
     ApiToken,
     IdentityMemory,
     Membership,
@@ -295,11 +296,7 @@ class TaskRunOutput(serializers.ModelSerializer):
             "executor",
             "model",
             "thread_id",
-            "input_tokens",
-            "cached_input_tokens",
-            "cache_write_input_tokens",
-            "output_tokens",
-            "reasoning_output_tokens",
+            *USAGE_TOKEN_FIELDS,
             "cost_usd",
         ]
 
