@@ -161,7 +161,7 @@ def bench_health() -> None:
     from django.utils import timezone
 
     from automemory.selectors import memory_health_get
-    from automemory.services.injector import injection_days_record
+    from automemory.services.injector import injections_count
     from controlplane.models import IdentityMemory, Task
 
     print(f"memory health (memory_health_get), {REPEATS} runs: ms median / best; queries")
@@ -192,9 +192,7 @@ def bench_health() -> None:
             batch_size=2000,
         )
         for task in tasks:  # as each injection counts it
-            injection_days_record(
-                memory_ids=task.injected_memory_ids, day=timezone.localdate(task.started_at)
-            )
+            injections_count(memory_ids=task.injected_memory_ids, now=task.started_at)
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE")

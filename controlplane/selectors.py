@@ -99,36 +99,28 @@ def thread_usage_get(*, task_id: int, thread_id: str) -> dict[str, int] | None:
     return {name: int(value or 0) for name, value in totals.items()}
 
 
-def _memory_filter(
-    memories: QuerySet[IdentityMemory], *, status: str | None, source: str | None
-) -> QuerySet:
+def memory_list(
+    *,
+    user,
+    project: Project | None = None,
+    status: str | None = None,
+    source: str | None = None,
+    q: str | None = None,
+) -> QuerySet[IdentityMemory]:
+    """Memories newest first: a project's as `user` sees them (the caller has checked they are
+    a member), or without `project` the user's own user-level memories; of one status and
+    source, or holding `q` (case-insensitive), when given. The API and the console list these."""
+    if project is None:
+        memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
+    else:
+        memories = project_memories_visible_to(user, project_id=project.pk)
     if status:
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
-    # Rows of only what the API shows, with the authors' names and the source tasks beside them
-    # (no model, user or link objects built): a page of any size is one statement.
-    return (
-        memories.annotate(
-            created_by_name=F("created_by__username"),
-            approved_by_name=F("approved_by__username"),
-            source_task_ids=SourceTaskIds(),
-        )
-        .order_by("-created_at", "-id")
-        .values(*MEMORY_LIST_FIELDS)
-    )
-
-
-def memory_row(memory: IdentityMemory) -> dict:
-    """A memory in the lists' row shape (MEMORY_LIST_FIELDS), so one serializer writes both."""
-    row = {name: getattr(memory, name) for name in MEMORY_LIST_FIELDS[:-3]}
-    row["created_by_name"] = memory.created_by.username if memory.created_by_id else None
-    row["approved_by_name"] = memory.approved_by.username if memory.approved_by_id else None
-    ids = getattr(memory, "source_task_ids", None)
-    row["source_task_ids"] = (
-        ids if ids is not None else [link.task_id for link in memory.source_links.all()]
-    )
-    return row
+    if q:
+        memories = memories.filter(content__icontains=q)
+    return memories.order_by("-created_at", "-id")
 
 
 class SourceTaskIds(Subquery):
@@ -158,53 +150,6 @@ def _id_list(value, expression, connection) -> list[int]:
     if value is None:
         return []
     return json.loads(value) if isinstance(value, str) else list(value)
-
-
-# The last three are read beside the memory's own columns (memory_row relies on the order).
-MEMORY_LIST_FIELDS = (
-    "pk",
-    "scope",
-    "project_id",
-    "content",
-    "source",
-    "source_task_id",
-    "status",
-    "superseded_by_id",
-    "created_by_id",
-    "created_at",
-    "updated_at",
-    "injection_count",
-    "last_injected_at",
-    "cite_count",
-    "last_cited_at",
-    "report_count",
-    "last_reported_at",
-    "report_hold_at",
-    "visibility",
-    "flagged",
-    "instruction_flags",
-    "approved_at",
-    "approved_by_id",
-    "archived_at",
-    "created_by_name",
-    "approved_by_name",
-    "source_task_ids",
-)
-
-
-def memory_list_for_user(*, user, status: str | None = None, source: str | None = None) -> QuerySet:
-    """The user's own user-level memories, newest first, as MEMORY_LIST_FIELDS rows."""
-    memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
-    return _memory_filter(memories, status=status, source=source)
-
-
-def memory_list_for_project(
-    *, project: Project, user, status: str | None = None, source: str | None = None
-) -> QuerySet:
-    """A project's memories as `user` sees them (the caller has checked they are a member),
-    newest first, as MEMORY_LIST_FIELDS rows."""
-    memories = project_memories_visible_to(user, project_id=project.pk)
-    return _memory_filter(memories, status=status, source=source)
 
 
 def task_diff_get(*, task: Task) -> TaskDiff | None:

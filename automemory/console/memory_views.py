@@ -107,10 +107,9 @@ def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
     if form.is_valid():
         filters = form.cleaned_data
         scope = filters["scope"] or MemoryScope.PROJECT
-        memories = selectors.project_memories_list(
-            project=project,
+        memories = selectors.console_memory_list(
             user=request.user,
-            scope=scope,
+            project=None if scope == MemoryScope.USER else project,
             source=filters["source"] or None,
             status=filters["status"] or None,
             q=filters["q"] or None,
@@ -224,14 +223,12 @@ def memory_delete(request: HttpRequest, memory_id: str) -> HttpResponse:
 def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
     """A project owner lets a flagged or reported memory be injected."""
     memory = access_get(memory_get_for_approve, user=request.user, memory_id=memory_id)
-    try:
-        memory_services.memory_approve(user=request.user, memory=memory)
-    except NotFoundError as gone:  # deleted meanwhile
-        raise Http404(gone.message) from gone
-    except DomainError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, "Memory approved: new tasks may receive it.")
+    _memory_change(
+        request,
+        memory,
+        memory_services.memory_approve,
+        "Memory approved: new tasks may receive it.",
+    )
     return redirect(next_url(request, reverse("console:memory", args=[memory.pk])))
 
 
@@ -240,15 +237,23 @@ def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
 def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
     """Bring an archived memory back to active."""
     memory = access_get(memory_get_for_change, user=request.user, memory_id=memory_id)
+    _memory_change(
+        request, memory, memory_services.memory_restore, "Memory restored: it is active again."
+    )
+    return redirect("console:memory", memory.pk)
+
+
+def _memory_change(request: HttpRequest, memory, change, done: str) -> None:
+    """`change(user=, memory=)` by the signed-in user: `done` as a message, or the refusal's;
+    404 when the memory was deleted meanwhile."""
     try:
-        memory_services.memory_restore(user=request.user, memory=memory)
-    except NotFoundError as gone:  # deleted meanwhile
+        change(user=request.user, memory=memory)
+    except NotFoundError as gone:
         raise Http404(gone.message) from gone
     except DomainError as error:
         messages.error(request, error.message)
     else:
-        messages.success(request, "Memory restored: it is active again.")
-    return redirect("console:memory", memory.pk)
+        messages.success(request, done)
 
 
 @require_http_methods(["GET", "POST"])
@@ -274,7 +279,7 @@ def my_memories(request: HttpRequest) -> HttpResponse:
     page_obj = None
     if filter_form.is_valid():
         filters = filter_form.cleaned_data
-        memories = selectors.my_memories_list(
+        memories = selectors.console_memory_list(
             user=request.user, status=filters["status"] or None, q=filters["q"] or None
         )
         page_obj = _page(request, memories)

@@ -11,7 +11,7 @@ warning and the task runs without memories.
 
 import logging
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import datetime
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -391,25 +391,34 @@ def _injection_record(*, task: Task, fitted: FittedBlock, actor_label: str) -> N
                 ],
             },
         )
-        # A plain UPDATE: `updated_at` (the memory's edit time) does not move.
-        now = timezone.now()
-        IdentityMemory.objects.filter(pk__in=memory_ids).update(
-            injection_count=F("injection_count") + 1, last_injected_at=now
-        )
-        injection_days_record(memory_ids=memory_ids, day=timezone.localdate(now))
+        injections_count(memory_ids=memory_ids, now=timezone.now())
 
 
-def injection_days_record(*, memory_ids: list[int], day: date) -> None:
-    """Count one more task that received each of `memory_ids` on `day` (one statement; the
-    memory-health page sums these counts)."""
+def injections_count(*, memory_ids: list[int], now: datetime) -> None:
+    """Count one more task that received each of `memory_ids` at `now`: the memories'
+    `injection_count` and `last_injected_at`, and the count of their day (the server's local
+    date) that the memory-health page sums. One statement: on PostgreSQL the update and the
+    day's upsert in one; on SQLite the update, whose trigger counts the day
+    (automemory/migrations/0018). A plain UPDATE: `updated_at` (the edit time) does not move.
+    """
     distinct = list(dict.fromkeys(memory_ids))
     if not distinct:
         return
-    table_name = table(MemoryInjectionDay)
-    rows = ", ".join(["(%s, %s, 1)"] * len(distinct))
+    if connection.vendor != "postgresql":
+        IdentityMemory.objects.filter(pk__in=distinct).update(
+            injection_count=F("injection_count") + 1, last_injected_at=now
+        )
+        return
+    memories, days = table(IdentityMemory), table(MemoryInjectionDay)
+    count, last = (
+        column(IdentityMemory, "injection_count"),
+        column(IdentityMemory, "last_injected_at"),
+    )
     sql = (
-        f"INSERT INTO {table_name} (memory_id, day, tasks) VALUES {rows}"
-        f" ON CONFLICT (memory_id, day) DO UPDATE SET tasks = {table_name}.tasks + 1"
+        f"WITH counted AS (UPDATE {memories} SET {count} = {count} + 1, {last} = %s"
+        f" WHERE {qn('id')} = ANY(%s) RETURNING {qn('id')})"
+        f" INSERT INTO {days} (memory_id, day, tasks) SELECT {qn('id')}, %s, 1 FROM counted"
+        f" ON CONFLICT (memory_id, day) DO UPDATE SET tasks = {days}.tasks + 1"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [value for pk in distinct for value in (pk, day)])
+        cursor.execute(sql, [now, distinct, timezone.localdate(now)])

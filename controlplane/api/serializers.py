@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from controlplane.access import held_for_others
 from controlplane.api.common import RejectUnknownFieldsMixin
+from controlplane.api.memory_serializers import MemoryOutput  # noqa: F401 (the API's memory)
 from controlplane.limits import (
     GOAL_MAX_CHARS,
     MEMORY_MAX_CHARS,
@@ -18,6 +19,7 @@ from controlplane.limits import (
     PROMPT_MAX_CHARS,
 )
 from controlplane.models import (
+    USAGE_TOKEN_FIELDS,
     ApiToken,
     IdentityMemory,
     Membership,
@@ -31,11 +33,8 @@ from controlplane.models import (
     TaskKind,
     TaskStatus,
     UsageRecord,
-    memory_awaiting_approval,
 )
 from controlplane.repository_urls import BRANCH_MAX_CHARS
-from controlplane.selectors import memory_row
-from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
 from controlplane.services.tasks import task_text_for
 from controlplane.services.tokens import TOKEN_EXPIRES_MAX_DAYS, TOKEN_NAME_MAX_CHARS
 
@@ -293,11 +292,7 @@ class TaskRunOutput(serializers.ModelSerializer):
             "executor",
             "model",
             "thread_id",
-            "input_tokens",
-            "cached_input_tokens",
-            "cache_write_input_tokens",
-            "output_tokens",
-            "reasoning_output_tokens",
+            *USAGE_TOKEN_FIELDS,
             "cost_usd",
         ]
 
@@ -322,150 +317,6 @@ class NoInput(RejectUnknownFieldsMixin, serializers.Serializer):
 class MemoryFilterInput(serializers.Serializer):
     status = serializers.ChoiceField(choices=MemoryStatus.choices, required=False)
     source = serializers.ChoiceField(choices=MemorySource.choices, required=False)
-
-
-class MemoryOutput(serializers.ModelSerializer):
-    source_thread_id = serializers.IntegerField(
-        source="source_task_id",
-        read_only=True,
-        allow_null=True,
-        help_text="For an auto memory: the id of the task it was extracted from.",
-    )
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
-    instruction_flags = serializers.ListField(
-        child=serializers.CharField(),
-        read_only=True,
-        help_text="Why the content reads like instructions to the agent (flag ids: "
-        + ", ".join(f"`{flag}` {label.lower()}" for flag, label in INSTRUCTION_FLAG_LABELS.items())
-        + "); empty when it does not.",
-    )
-    awaiting_approval = serializers.BooleanField(
-        read_only=True,
-        help_text="A flagged memory no project owner approved yet: it is not injected, "
-        "found or previewed (an owner's own flagged text is approved by its author).",
-    )
-    approved_by = serializers.CharField(
-        source="approved_by.username", read_only=True, default=None, allow_null=True
-    )
-    injection_count = serializers.IntegerField(
-        read_only=True, help_text="How many tasks the memory was injected into."
-    )
-    cite_count = serializers.IntegerField(
-        read_only=True,
-        help_text="How many tasks cited the memory as used (a `Memories used:` line, or the "
-        "memory tool's cite).",
-    )
-    report_count = serializers.IntegerField(
-        read_only=True,
-        help_text="How many reports said the memory misled (wrong, outdated, unsafe).",
-    )
-    held_for_review = serializers.SerializerMethodField(
-        help_text="A report holds it out of injection and search until a project owner reviews "
-        "it (approves, edits or forgets it)."
-    )
-    visibility = serializers.CharField(
-        read_only=True,
-        help_text="`project`: every member sees it; `author`: held for its author (drawn from "
-        "a task that received their own memories) until they share it.",
-    )
-    source_task_ids = serializers.SerializerMethodField(
-        help_text="For an auto memory: every task whose knowledge is in it, in the order they "
-        "went in (the task that wrote it first, then those consolidation merged into it)."
-    )
-
-    def get_held_for_review(self, memory: IdentityMemory) -> bool:
-        return memory.report_hold_at is not None
-
-    class Meta:
-        model = IdentityMemory
-        fields = [
-            "id",
-            "scope",
-            "project_id",
-            "content",
-            "source",
-            "source_thread_id",
-            "status",
-            "superseded_by_id",
-            "created_by",
-            "created_at",
-            "updated_at",
-            "injection_count",
-            "last_injected_at",
-            "cite_count",
-            "last_cited_at",
-            "report_count",
-            "last_reported_at",
-            "held_for_review",
-            "visibility",
-            "flagged",
-            "instruction_flags",
-            "awaiting_approval",
-            "approved_at",
-            "approved_by",
-            "archived_at",
-            "source_task_ids",
-        ]
-        read_only_fields = fields
-
-    def get_source_task_ids(self, memory: IdentityMemory) -> list[int]:
-        # A list's rows carry them (selectors.SourceTaskIds); else ordered by the link's Meta
-        # (created_at, id).
-        ids = getattr(memory, "source_task_ids", None)
-        return ids if ids is not None else [link.task_id for link in memory.source_links.all()]
-
-    def to_representation(self, memory: IdentityMemory | dict) -> dict:
-        """The fields above, read directly rather than through DRF's per-field machinery, from
-        a list's row (`selectors.MEMORY_LIST_FIELDS`) or a memory turned into one.
-
-        DRF's generic path costs about 20 field lookups and checks per field and row, this
-        one dictionary read. The output is byte for byte the generic one (a test compares).
-        """
-        row = memory if type(memory) is dict else memory_row(memory)
-        when = self._datetime_field()
-        return {
-            "id": row["pk"],
-            "scope": row["scope"],
-            "project_id": row["project_id"],
-            "content": row["content"],
-            "source": row["source"],
-            "source_thread_id": row["source_task_id"],
-            "status": row["status"],
-            "superseded_by_id": row["superseded_by_id"],
-            "created_by": row["created_by_name"] if row["created_by_id"] is not None else None,
-            "created_at": when(row["created_at"]),
-            "updated_at": when(row["updated_at"]),
-            "injection_count": row["injection_count"],
-            "last_injected_at": when(row["last_injected_at"]),
-            "cite_count": row["cite_count"],
-            "last_cited_at": when(row["last_cited_at"]),
-            "report_count": row["report_count"],
-            "last_reported_at": when(row["last_reported_at"]),
-            "held_for_review": row["report_hold_at"] is not None,
-            "visibility": row["visibility"],
-            "flagged": row["flagged"],
-            "instruction_flags": [str(flag) for flag in row["instruction_flags"]],
-            "awaiting_approval": memory_awaiting_approval(
-                flagged=row["flagged"], approved_at=row["approved_at"]
-            ),
-            "approved_at": when(row["approved_at"]),
-            "approved_by": row["approved_by_name"] if row["approved_by_id"] is not None else None,
-            "archived_at": when(row["archived_at"]),
-            "source_task_ids": row["source_task_ids"],
-        }
-
-    def _datetime_field(self):
-        """DRF's DateTimeField output (ISO 8601 in the current time zone, `Z` for UTC), None
-        for None; DRF's field costs about 10 us a value, this 1 (5 per memory)."""
-        zone = timezone.get_current_timezone()
-
-        def iso(value):
-            if value is None:
-                return None
-            text = value.astimezone(zone).isoformat()
-            return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-        return iso
 
 
 # --- Quota ----------------------------------------------------------------------------------

@@ -96,6 +96,22 @@ def _audit_approved(
     )
 
 
+def _audit_memory(action: str, *, user, memory: IdentityMemory, **data) -> None:
+    """Audit `action` by `user` on `memory`: its scope, source and project, then `data`."""
+    audit_record(
+        action=action,
+        actor=user,
+        target_type="memory",
+        target_id=memory.pk,
+        data={
+            "scope": memory.scope,
+            "source": memory.source,
+            "project_id": memory.project_id,
+            **data,
+        },
+    )
+
+
 @transaction.atomic
 def memory_create(*, user, content: str, project: Project | None = None) -> IdentityMemory:
     """A manual memory: about `project` when given, else about the user themself.
@@ -118,17 +134,12 @@ def memory_create(*, user, content: str, project: Project | None = None) -> Iden
     )
     by_author = _approve_by_author(user=user, memory=memory)
     memory.save()
-    audit_record(
-        action="memory_created",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "scope": memory.scope,
-            "project_id": memory.project_id,
-            "instruction_flags": flags,
-            "awaiting_approval": memory.awaiting_approval,
-        },
+    _audit_memory(
+        "memory_created",
+        user=user,
+        memory=memory,
+        instruction_flags=flags,
+        awaiting_approval=memory.awaiting_approval,
     )
     if by_author:
         _audit_approved(user=user, memory=memory, by_author=True)
@@ -193,20 +204,14 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
             "updated_at",
         ]
     )
-    audit_record(
-        action="memory_updated",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "scope": memory.scope,
-            "source": memory.source,
-            "project_id": memory.project_id,
-            "instruction_flags": memory.instruction_flags,
-            "previous_instruction_flags": previous_flags,
-            "approval_cleared": was_approved,
-            "awaiting_approval": memory.awaiting_approval,
-        },
+    _audit_memory(
+        "memory_updated",
+        user=user,
+        memory=memory,
+        instruction_flags=memory.instruction_flags,
+        previous_instruction_flags=previous_flags,
+        approval_cleared=was_approved,
+        awaiting_approval=memory.awaiting_approval,
     )
     if by_author:
         _audit_approved(user=user, memory=memory, by_author=True)
@@ -283,17 +288,11 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
     except IntegrityError:
         # Another active memory of the goal was written between the check and the save.
         raise ConflictError(_same_goal_message(None)) from None
-    audit_record(
-        action="memory_restored",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "scope": memory.scope,
-            "source": memory.source,
-            "project_id": memory.project_id,
-            "archived_at": archived_at.isoformat() if archived_at else None,
-        },
+    _audit_memory(
+        "memory_restored",
+        user=user,
+        memory=memory,
+        archived_at=archived_at.isoformat() if archived_at else None,
     )
     logger.info("memory %s restored by user %s", memory.pk, getattr(user, "pk", None))
     return memory
@@ -313,14 +312,7 @@ def memory_delete(*, user, memory: IdentityMemory) -> None:
     others get `NotFoundError` (404). The caller has checked the user may (see
     controlplane.access)."""
     memory = memory_locked(memory)
-    data = {
-        "scope": memory.scope,
-        "source": memory.source,
-        "project_id": memory.project_id,
-        "source_thread_id": memory.source_task_id,
-    }
-    memory_id = memory.pk
-    memory.delete()
-    audit_record(
-        action="memory_deleted", actor=user, target_type="memory", target_id=memory_id, data=data
+    _audit_memory(
+        "memory_deleted", user=user, memory=memory, source_thread_id=memory.source_task_id
     )
+    memory.delete()

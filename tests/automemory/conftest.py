@@ -16,3 +16,9 @@ def fake_openai(settings):
     settings.AUTOMEMORY_MODEL_MAX_RETRIES = 0
     yield server
     server.stop()
+
+
+@pytest.fixture
+def on(auto_memory_on, alice):
+    """Auto memory on for alice (generate and use), with the default settings."""
+    return auto_memory_on(alice)

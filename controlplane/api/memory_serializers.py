@@ -1,0 +1,224 @@
+"""A memory as the API shows it: each output field declared once, in `MEMORY_OUTPUT`.
+
+An entry says what the field is (its DRF field: the schema, and DRF's generic output of a
+memory object), what a list's row reads for it (model columns, or expressions read beside
+them in the page's single statement) and how the output comes from that row. A list's page
+goes through the rows (`MemoryOutput.rows`), one memory object through DRF's fields; a test
+holds the two equal field for field.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
+
+from django.db.models import Expression, F, QuerySet
+from django.utils import timezone
+from drf_spectacular.drainage import set_override
+from drf_spectacular.types import OpenApiTypes
+from rest_framework import serializers
+
+from controlplane.models import IdentityMemory, memory_awaiting_approval
+from controlplane.selectors import SourceTaskIds
+from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
+
+
+class MemoryValue(serializers.Field):
+    """A read-only output computed from the whole memory object by `of_memory`; `schema` is its
+    OpenAPI type (a basic type or a serializer field)."""
+
+    def __init__(self, of_memory: Callable[[IdentityMemory], Any], schema, **kwargs):
+        super().__init__(source="*", read_only=True, **kwargs)
+        self.of_memory = of_memory
+        set_override(self, "field", schema)
+
+    def to_representation(self, memory: IdentityMemory):
+        return self.of_memory(memory)
+
+
+def _iso(value, zone) -> str | None:
+    """DRF's DateTimeField output (ISO 8601 in `zone`, `Z` for UTC), None for None; DRF's
+    field costs about 10 us a value, this 1."""
+    if value is None:
+        return None
+    text = value.astimezone(zone).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+@dataclass(frozen=True)
+class MemoryField:
+    """One output field of a memory.
+
+    `reads`: the row's keys, each a model column or an expression (a bare name: the model
+    column of that name). `value`: the output from the row (default: the row's first key).
+    `drf`: the DRF field (default: built by ModelSerializer from the model field `name`).
+    `when`: the value is a datetime, written as DRF writes one.
+    """
+
+    name: str
+    reads: dict[str, str | Expression] = field(default_factory=dict)
+    value: Callable[[dict], Any] | None = None
+    drf: serializers.Field | None = None
+    when: bool = False
+
+    def row_value(self) -> Callable[[dict], Any]:
+        return self.value or itemgetter(next(iter(self.reads), self.name))
+
+
+def column(name: str, **options) -> MemoryField:
+    """A field that is the model's column of the same name."""
+    return MemoryField(name, reads={name: name}, **options)
+
+
+def counter(name: str, help_text: str) -> MemoryField:
+    """A usage counter: the model's column of the same name, described."""
+    return column(name, drf=serializers.IntegerField(read_only=True, help_text=help_text))
+
+
+MEMORY_OUTPUT: tuple[MemoryField, ...] = (
+    column("id"),
+    column("scope"),
+    column("project_id"),
+    column("content"),
+    column("source"),
+    MemoryField(
+        "source_thread_id",
+        reads={"source_task_id": "source_task_id"},
+        drf=serializers.IntegerField(
+            source="source_task_id",
+            read_only=True,
+            allow_null=True,
+            help_text="For an auto memory: the id of the task it was extracted from.",
+        ),
+    ),
+    column("status"),
+    column("superseded_by_id"),
+    MemoryField(
+        "created_by",
+        reads={"created_by_name": F("created_by__username")},
+        drf=serializers.CharField(source="created_by.username", read_only=True, default=None),
+    ),
+    column("created_at", when=True),
+    column("updated_at", when=True),
+    counter("injection_count", "How many tasks the memory was injected into."),
+    column("last_injected_at", when=True),
+    counter(
+        "cite_count",
+        "How many tasks cited the memory as used (a `Memories used:` line, or the memory "
+        "tool's cite).",
+    ),
+    column("last_cited_at", when=True),
+    counter("report_count", "How many reports said the memory misled (wrong, outdated, unsafe)."),
+    column("last_reported_at", when=True),
+    MemoryField(
+        "held_for_review",
+        reads={"report_hold_at": "report_hold_at"},
+        value=lambda row: row["report_hold_at"] is not None,
+        drf=MemoryValue(
+            lambda memory: memory.report_hold_at is not None,
+            OpenApiTypes.BOOL,
+            help_text="A report holds it out of injection and search until a project owner "
+            "reviews it (approves, edits or forgets it).",
+        ),
+    ),
+    column(
+        "visibility",
+        drf=serializers.CharField(
+            read_only=True,
+            help_text="`project`: every member sees it; `author`: held for its author (drawn "
+            "from a task that received their own memories) until they share it.",
+        ),
+    ),
+    column("flagged"),
+    column(
+        "instruction_flags",
+        value=lambda row: [str(flag) for flag in row["instruction_flags"]],
+        drf=serializers.ListField(
+            child=serializers.CharField(),
+            read_only=True,
+            help_text="Why the content reads like instructions to the agent (flag ids: "
+            + ", ".join(
+                f"`{flag}` {label.lower()}" for flag, label in INSTRUCTION_FLAG_LABELS.items()
+            )
+            + "); empty when it does not.",
+        ),
+    ),
+    MemoryField(
+        "awaiting_approval",
+        # `flagged` and `approved_at` are read for their own fields.
+        value=lambda row: memory_awaiting_approval(
+            flagged=row["flagged"], approved_at=row["approved_at"]
+        ),
+        drf=serializers.BooleanField(
+            read_only=True,
+            help_text="A flagged memory no project owner approved yet: it is not injected, "
+            "found or previewed (an owner's own flagged text is approved by its author).",
+        ),
+    ),
+    column("approved_at", when=True),
+    MemoryField(
+        "approved_by",
+        reads={"approved_by_name": F("approved_by__username")},
+        drf=serializers.CharField(
+            source="approved_by.username", read_only=True, default=None, allow_null=True
+        ),
+    ),
+    column("archived_at", when=True),
+    MemoryField(
+        "source_task_ids",
+        reads={"source_task_ids": SourceTaskIds()},
+        # Ordered by the link's Meta (created_at, id), as the rows' subquery orders them.
+        drf=MemoryValue(
+            lambda memory: [link.task_id for link in memory.source_links.all()],
+            serializers.ListField(child=serializers.IntegerField()),
+            help_text="For an auto memory: every task whose knowledge is in it, in the order "
+            "they went in (the task that wrote it first, then those consolidation merged "
+            "into it).",
+        ),
+    ),
+)
+
+_COLUMNS = [
+    name for entry in MEMORY_OUTPUT for name, read in entry.reads.items() if isinstance(read, str)
+]
+_EXPRESSIONS = {
+    name: read
+    for entry in MEMORY_OUTPUT
+    for name, read in entry.reads.items()
+    if not isinstance(read, str)
+}
+_ROW_VALUES = [(entry.name, entry.row_value(), entry.when) for entry in MEMORY_OUTPUT]
+
+
+# A memory: its fields are `MEMORY_OUTPUT`'s, in that order. (A comment: the schema would show
+# a docstring as the output's description.)
+class MemoryOutput(serializers.ModelSerializer):
+    class Meta:
+        model = IdentityMemory
+        fields = [entry.name for entry in MEMORY_OUTPUT]
+        read_only_fields = fields
+
+    @staticmethod
+    def rows(memories: QuerySet[IdentityMemory]) -> QuerySet:
+        """The memories as rows of what the output reads: a page of any size is one statement
+        (no model, user or link objects built)."""
+        return memories.values(*_COLUMNS, **_EXPRESSIONS)
+
+    def to_representation(self, memory: IdentityMemory | dict) -> dict:
+        """A list's row (`rows`) read directly, one dictionary read a field rather than DRF's
+        per-field machinery (about 20 lookups and checks a field); a memory object through
+        DRF's fields. The two are equal field for field (a test compares)."""
+        if type(memory) is dict:
+            zone = timezone.get_current_timezone()
+            return {
+                name: _iso(value(memory), zone) if when else value(memory)
+                for name, value, when in _ROW_VALUES
+            }
+        return super().to_representation(memory)
+
+
+# The entries' own DRF fields, as if declared in the class body (ModelSerializer builds the
+# others from the model).
+for _entry in MEMORY_OUTPUT:
+    if _entry.drf is not None:
+        MemoryOutput._declared_fields[_entry.name] = _entry.drf
