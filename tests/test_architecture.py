@@ -39,7 +39,6 @@ AUTOMEMORY_HOST_MODULES = {
     "controlplane.services.tasks",
     "controlplane.services.usage",
     "controlplane.api.common",
-    "controlplane.api.pagination",
     "controlplane.api.serializers",
     "controlplane.api.throttling",
     "controlplane.addrport",
