@@ -23,6 +23,7 @@ from django.db import connection
 from automemory import conf
 from automemory.models import InjectionRanking
 from automemory.services import fusion, search
+from automemory.services.citations import store as citation_store
 from controlplane.models import IdentityMemory, MemoryScope
 
 # What a task may receive (the SQL alias of the memory table is `m`).
@@ -146,7 +147,8 @@ def ranked_read(
     relevant = ranking == InjectionRanking.RELEVANT
     match = _match(query_text) if relevant else None
     vector = fusion.task_vector(query_text) if relevant else None
-    columns = memory_columns()
+    # With each memory, its code citations and branch scope (`automemory.services.citations`).
+    columns = f"{memory_columns()}, {citation_store.folded_columns()}"
     parts: list[str] = []
     params: list = []
     ctes: list[str] = []
