@@ -18,6 +18,7 @@ from controlplane.models import (
     UsageKind,
     UsageRecord,
 )
+from controlplane.services.memory_citations import citations_column, citations_read
 
 
 def project_list(*, user) -> QuerySet[Project]:
@@ -83,15 +84,16 @@ def _memory_filter(
         memories = memories.filter(source=source)
     # Rows of only what the API shows, with the authors' names and the source tasks beside them
     # (no model, user or link objects built): a page of any size is one statement.
-    return (
-        memories.annotate(
-            created_by_name=F("created_by__username"),
-            approved_by_name=F("approved_by__username"),
-            source_task_ids=SourceTaskIds(),
-        )
-        .order_by("-created_at", "-id")
-        .values(*MEMORY_LIST_FIELDS)
-    )
+    rows = memories.annotate(
+        created_by_name=F("created_by__username"),
+        approved_by_name=F("approved_by__username"),
+        source_task_ids=SourceTaskIds(),
+    ).order_by("-created_at", "-id")
+    # The code each cites, read in the same statement (memory_citations).
+    citations = citations_column()
+    if citations is None:
+        return rows.values(*MEMORY_LIST_FIELDS)
+    return rows.annotate(citations=citations).values(*MEMORY_LIST_FIELDS, "citations")
 
 
 def memory_row(memory: IdentityMemory) -> dict:
@@ -103,6 +105,7 @@ def memory_row(memory: IdentityMemory) -> dict:
     row["source_task_ids"] = (
         ids if ids is not None else [link.task_id for link in memory.source_links.all()]
     )
+    row["citations"] = citations_read(memory)
     return row
 
 

@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from automemory import metrics, ranking
 from automemory.models import AutoMemorySettings, MemoryInjectionDay, TaskAutoMemoryFlags
-from automemory.services import citations
-from automemory.services.citations import CodeView, code_views
+from automemory.services.citations import code_views
+from automemory.services.citations import gate as citations
+from automemory.services.citations.gate import CodeView
 from automemory.services.memory_block import FittedBlock, fit_memory_block
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint

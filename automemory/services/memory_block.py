@@ -9,7 +9,7 @@ heading follows. The whole block stays within the user's `injection_max_chars`.
 
 from dataclasses import dataclass
 
-from automemory.services.citations import citations_note
+from automemory.services.citations.gate import citations_note
 from automemory.services.provenance import (
     CITE_NOTE,
     FENCE_NOTE,

@@ -12,7 +12,10 @@ from controlplane.access import held_for_others
 from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.limits import (
     GOAL_MAX_CHARS,
+    MEMORY_CITATION_MAX_LINE,
+    MEMORY_CITATION_PATH_MAX_CHARS,
     MEMORY_MAX_CHARS,
+    MEMORY_MAX_CITATIONS,
     MESSAGE_MAX_CHARS,
     PROJECT_NAME_MAX_CHARS,
     PROMPT_MAX_CHARS,
@@ -54,6 +57,15 @@ class StrictTextField(serializers.CharField):
             self.fail("invalid")
         if not self.allow_blank and not data.strip():
             self.fail("blank")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer (not a string, float or boolean)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
         return super().to_internal_value(data)
 
 
@@ -309,14 +321,54 @@ class TaskRunOutput(serializers.ModelSerializer):
 # --- Memories -------------------------------------------------------------------------------
 
 
+# --- Memory citations (kept by an app: controlplane.services.memory_citations) ----------------
+
+
+class CitationInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    """Lines of a file in the project's repository, checked against its default branch."""
+
+    path = StrictTextField(max_length=MEMORY_CITATION_PATH_MAX_CHARS, trim_whitespace=False)
+    start_line = StrictIntegerField(min_value=1, max_value=MEMORY_CITATION_MAX_LINE)
+    end_line = StrictIntegerField(min_value=1, max_value=MEMORY_CITATION_MAX_LINE)
+
+    def validate(self, attrs):
+        if attrs["end_line"] < attrs["start_line"]:
+            raise serializers.ValidationError({"end_line": ["must not be before start_line"]})
+        return attrs
+
+
+def _citations_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=CitationInput(),
+        max_length=MEMORY_MAX_CITATIONS,
+        required=False,
+        help_text=f"Lines of the project's code the memory speaks of (at most "
+        f"{MEMORY_MAX_CITATIONS}); each is checked against the repository's default branch.",
+        **kwargs,
+    )
+
+
+class CitationOutput(serializers.Serializer):
+    path = serializers.CharField()
+    start_line = serializers.IntegerField()
+    end_line = serializers.IntegerField()
+    commit = serializers.CharField(help_text="The commit at which these lines were found.")
+    state = serializers.ChoiceField(
+        choices=["fresh", "moved", "changed", "deleted", "unchecked"],
+        help_text="What the last check against the code found.",
+    )
+
+
 class MemoryInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(max_length=MEMORY_MAX_CHARS)
+    citations = _citations_field()
 
 
 class MemoryUpdateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(
         max_length=MEMORY_MAX_CHARS, required=False, help_text="Absent: nothing changes."
     )
+    citations = _citations_field(allow_empty=True)
 
 
 class NoInput(RejectUnknownFieldsMixin, serializers.Serializer):
@@ -376,6 +428,10 @@ class MemoryOutput(serializers.ModelSerializer):
         help_text="For an auto memory: every task whose knowledge is in it, in the order they "
         "went in (the task that wrote it first, then those consolidation merged into it)."
     )
+    citations = serializers.SerializerMethodField(
+        help_text="The lines of the project's code the memory cites, as the last check found "
+        "them (`state`)."
+    )
 
     def get_held_for_review(self, memory: IdentityMemory) -> bool:
         return memory.report_hold_at is not None
@@ -409,6 +465,7 @@ class MemoryOutput(serializers.ModelSerializer):
             "approved_by",
             "archived_at",
             "source_task_ids",
+            "citations",
         ]
         read_only_fields = fields
 
@@ -417,6 +474,10 @@ class MemoryOutput(serializers.ModelSerializer):
         # (created_at, id).
         ids = getattr(memory, "source_task_ids", None)
         return ids if ids is not None else [link.task_id for link in memory.source_links.all()]
+
+    @extend_schema_field(CitationOutput(many=True))
+    def get_citations(self, memory: IdentityMemory) -> list[dict]:
+        return memory_row(memory)["citations"]
 
     def to_representation(self, memory: IdentityMemory | dict) -> dict:
         """The fields above, read directly rather than through DRF's per-field machinery, from
@@ -456,6 +517,8 @@ class MemoryOutput(serializers.ModelSerializer):
             "approved_by": row["approved_by_name"] if row["approved_by_id"] is not None else None,
             "archived_at": when(row["archived_at"]),
             "source_task_ids": row["source_task_ids"],
+            # The code it cites (a list row carries them; controlplane.services.memory_citations).
+            "citations": row.get("citations") or [],
         }
 
     def _datetime_field(self):
@@ -509,15 +572,6 @@ class QuotaInput(RejectUnknownFieldsMixin, serializers.Serializer):
 
 
 # --- API tokens -----------------------------------------------------------------------------
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer (not a string, float or boolean)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class TokenCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):

@@ -5,6 +5,7 @@ permission); this module only says which permission each action needs.
 """
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -43,6 +44,7 @@ from controlplane.api.pagination import paginated_response
 from controlplane.limits import text_problem
 from controlplane.services.memories import (
     memory_approve,
+    memory_citations_set,
     memory_create,
     memory_delete,
     memory_restore,
@@ -347,8 +349,13 @@ class MemoryDetailView(APIView):
     def patch(self, request: Request, memory_id: str) -> Response:
         memory = memory_get_for_change(user=request.user, memory_id=memory_id)
         data = validated(s.MemoryUpdateInput, request.data)
-        if "content" in data:
-            memory = memory_update(user=request.user, memory=memory, content=data["content"])
+        with transaction.atomic():  # the content and the citations, or neither
+            if "content" in data:
+                memory = memory_update(user=request.user, memory=memory, content=data["content"])
+            if "citations" in data:
+                memory = memory_citations_set(
+                    user=request.user, memory=memory, citations=data["citations"]
+                )
         return Response(s.MemoryOutput(memory).data)
 
     @extend_schema(

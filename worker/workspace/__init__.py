@@ -26,7 +26,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from automemory.services.citations import CodeView
+from automemory.services.citations.gate import CodeView
 from controlplane.credentials import CredentialUnreadable
 from controlplane.git import GitError, Remote
 from controlplane.models import Repository, Task

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from automemory.services.citations import CodeView
+from automemory.services.citations.gate import CodeView
 from controlplane.credentials import CredentialUnreadable
 from controlplane.git import GitError
 from controlplane.models import Repository, Task
