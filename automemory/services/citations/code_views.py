@@ -1,8 +1,9 @@
 """The code a citation check reads in the API process (`memory_search`, the preview, a
 memory written by hand): the control plane's own mirror of the project's repository
 (`controlplane.services.mirrors`), fetched when it lacks what is asked for, at most once a
-minute per repository and process. When it cannot be read or fetched, the view says why
-and its citations stay `unchecked` (never presented as fresh)."""
+minute per repository and process (`AUTOMEMORY_CITATION_MIRROR_REFRESH_SECONDS`). When it
+cannot be read or fetched, the view says why and its citations stay `unchecked` (never
+presented as fresh)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from automemory import conf
 from automemory.services.citations.gate import CodeView
 from controlplane.credentials import CredentialUnreadable
 from controlplane.git import GitError
@@ -25,8 +27,7 @@ from controlplane.services.mirrors import (
 
 logger = logging.getLogger(__name__)
 
-REFRESH_SECONDS = 60.0
-_fetched_at: dict[int, float] = {}
+_fetched_at: dict[Path, float] = {}
 _lock = threading.Lock()
 
 
@@ -35,10 +36,10 @@ def mirror_ready(repository: Repository, *, refresh: bool) -> tuple[Path | None,
     last fetch of this process is over a minute old); (None, why) when there is none."""
     path = mirror_path(repository)
     present = (path / "HEAD").is_file()
+    every = float(conf.get("CITATION_MIRROR_REFRESH_SECONDS"))
     with _lock:
-        recent = time.monotonic() - _fetched_at.get(repository.pk, -REFRESH_SECONDS) < (
-            REFRESH_SECONDS
-        )
+        fetched = _fetched_at.get(path)
+    recent = fetched is not None and time.monotonic() - fetched < every
     if present and (recent or not refresh):
         return path, ""
     try:
@@ -49,7 +50,7 @@ def mirror_ready(repository: Repository, *, refresh: bool) -> tuple[Path | None,
             return path, ""
         return None, f"the repository could not be fetched: {exc}"
     with _lock:
-        _fetched_at[repository.pk] = time.monotonic()
+        _fetched_at[path] = time.monotonic()
     return path, ""
 
 
