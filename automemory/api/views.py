@@ -201,7 +201,11 @@ class MemoryPreviewView(APIView):
         project = project_get_for(user=request.user, project_id=project_id, action=READ)
         data = validated(s.PreviewInput, request.query_params)
         plan = memory_preview(
-            user=request.user, project_id=project.pk, prompt=data["prompt"], goal=data.get("goal")
+            user=request.user,
+            project_id=project.pk,
+            prompt=data["prompt"],
+            goal=data.get("goal"),
+            branch=data.get("branch"),
         )
         return Response(s.PreviewSerializer(_preview_body(plan)).data)
 
@@ -220,7 +224,13 @@ def _preview_body(plan) -> dict:
         "memory_ids": plan.memory_ids,
         "block": plan.fitted.block if plan.fitted is not None else "",
         "memories": [
-            {"id": item.memory.pk, "scope": item.scope, "rank": item.rank, "score": item.score}
+            {
+                "id": item.memory.pk,
+                "scope": item.scope,
+                "rank": item.rank,
+                "score": item.score,
+                "citations": [c.as_output() for c in getattr(item.memory, "code_citations", [])],
+            }
             for item in planned
         ],
         "left_out": [

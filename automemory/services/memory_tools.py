@@ -23,6 +23,8 @@ from types import SimpleNamespace
 from automemory import conf, ranking
 from automemory.models import FeedbackVia
 from automemory.services import feedback, injector
+from automemory.services.citations import code_views
+from automemory.services.citations import gate as citations
 from automemory.services.feedback import ReportLimitReached
 from automemory.services.redactor import redact
 from controlplane.api.throttling import MemoryToolThrottle, UserThrottle
@@ -176,9 +178,14 @@ def tool_search(
         limit=limit,
         personal=scope.personal,
     )
+    # Memories citing code are checked against the task's base commit; stale ones and
+    # those of another branch are not given as fact (automemory.services.citations).
+    code = code_views.view_for_task(scope.task) if citations.cite_code(found) else None
+    found = citations.memories_gate(found, code).allowed(found)
     budget = conf.get("SEARCH_MAX_CHARS")
     for memory in found:
         view = _memory_view(memory, max_chars=budget)
+        view["citations"] = [c.as_output() for c in memory.code_citations]
         answer["memories"].append(view)
         if _size(answer) > budget:
             answer["memories"].pop()

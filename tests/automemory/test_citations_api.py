@@ -46,9 +46,27 @@ def test_a_memory_cites_lines_and_shows_them_with_the_commit_and_state(
     assert response.status_code == 201, response.content
     head = code_remote.head()
     assert response.json()["citations"] == [
-        {"path": "api/client.py", "start_line": 40, "end_line": 60, "commit": head, "state": "fresh"},
-        {"path": "docs/how to deploy.md", "start_line": 3, "end_line": 4, "commit": head, "state": "fresh"},
-        {"path": "src/café/naïve.py", "start_line": 1, "end_line": 1, "commit": head, "state": "fresh"},
+        {
+            "path": "api/client.py",
+            "start_line": 40,
+            "end_line": 60,
+            "commit": head,
+            "state": "fresh",
+        },
+        {
+            "path": "docs/how to deploy.md",
+            "start_line": 3,
+            "end_line": 4,
+            "commit": head,
+            "state": "fresh",
+        },
+        {
+            "path": "src/café/naïve.py",
+            "start_line": 1,
+            "end_line": 1,
+            "commit": head,
+            "state": "fresh",
+        },
     ]
     stored = MemoryCitation.objects.get(path="api/client.py")
     assert stored.branch == "main" and len(stored.content_hash) == 64
@@ -59,12 +77,15 @@ def test_the_list_shows_citations_in_its_one_statement(
 ):
     client = api_client_for(alice)
     for i in range(3):
-        assert create(
-            client,
-            code_project,
-            [{"path": "api/client.py", "start_line": i + 1, "end_line": i + 2}],
-            content=f"fact {i}",
-        ).status_code == 201
+        assert (
+            create(
+                client,
+                code_project,
+                [{"path": "api/client.py", "start_line": i + 1, "end_line": i + 2}],
+                content=f"fact {i}",
+            ).status_code
+            == 201
+        )
     memory_factory(project=code_project, content="cites nothing")
     client.get(f"/projects/{code_project.pk}/memories")  # the token's first use is recorded once
 
@@ -84,7 +105,9 @@ def test_patch_replaces_and_clears_citations(api_client_for, code_project, alice
     ).json()["id"]
 
     changed = patch(
-        client, memory_id, {"citations": [{"path": "api/client.py", "start_line": 5, "end_line": 9}]}
+        client,
+        memory_id,
+        {"citations": [{"path": "api/client.py", "start_line": 5, "end_line": 9}]},
     )
     assert changed.status_code == 200, changed.content
     assert [(c["start_line"], c["end_line"]) for c in changed.json()["citations"]] == [(5, 9)]
@@ -103,7 +126,11 @@ ADVERSARIAL = [
     ({"path": "missing.py", "start_line": 1, "end_line": 1}, "citations[0].path", "not a file"),
     ({"path": "api", "start_line": 1, "end_line": 1}, "citations[0].path", "not a file"),
     ({"path": ".git/config", "start_line": 1, "end_line": 1}, "citations[0].path", "git"),
-    ({"path": "api/client.py", "start_line": 81, "end_line": 81}, "citations[0].end_line", "80 lines"),
+    (
+        {"path": "api/client.py", "start_line": 81, "end_line": 81},
+        "citations[0].end_line",
+        "80 lines",
+    ),
     ({"path": "api/client.py", "start_line": 1, "end_line": 10**12}, "citations", ""),
     ({"path": "api/client.py", "start_line": -3, "end_line": 2}, "citations", ""),
     ({"path": "api/client.py", "start_line": 9, "end_line": 2}, "citations", ""),
@@ -181,6 +208,8 @@ def test_a_stranger_cannot_read_a_foreign_memory_s_citations(
     assert stranger.get(f"/memories/{memory_id}").status_code == 404
     assert stranger.get(f"/projects/{code_project.pk}/memories").status_code == 404
     refused = patch(
-        stranger, memory_id, {"citations": [{"path": "api/client.py", "start_line": 1, "end_line": 1}]}
+        stranger,
+        memory_id,
+        {"citations": [{"path": "api/client.py", "start_line": 1, "end_line": 1}]},
     )
     assert refused.status_code == 404

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.git import GitError, git_run
-from controlplane.services.mirrors import LOCAL_TIMEOUT_SECONDS, git_dir_env, paths_changed
+from controlplane.services.mirrors import LOCAL_TIMEOUT_SECONDS, git_dir_env
 
 # A cited file is read whole; larger ones cannot be cited (and are not checked).
 MAX_FILE_BYTES = 1024 * 1024
@@ -119,16 +119,28 @@ def modes_read(git_dir: Path, commit: str, paths: list[str]) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=4096)
 def changed_between(git_dir: Path, old: str, new: str) -> frozenset[str] | None:
-    """The paths that differ between `old` and `new` (`mirrors.paths_changed`: one `git diff
-    --name-only` per pair), or None when `old` is not in the repository any more (a
-    force-push removed it). Both answers are cached per pair in this process (4,096 pairs):
-    commits never change, and a commit once gone stays gone for the mirror."""
+    """The paths that differ between `old` and `new` (one `git diff --name-only`), or None
+    when `old` is not in the repository any more (a force-push removed it). Both answers are
+    cached per pair in this process (4,096 pairs): commits never change, and a commit once
+    gone stays gone for the mirror. GitError when git cannot read the repository at all
+    (not cached)."""
     if old == new:
         return frozenset()
-    try:
-        return frozenset(paths_changed(git_dir, old, new))
-    except GitError:
-        return None
+    if not (git_dir / "HEAD").is_file():
+        raise GitError(f"{git_dir} is not a repository")
+    result = git_run(
+        ["diff", "--name-only", "-z", "--no-renames", old, new, "--"],
+        env=git_dir_env(git_dir),
+        timeout=LOCAL_TIMEOUT_SECONDS,
+        check=False,
+    )
+    if result.returncode != 0:
+        said = result.stderr
+        if old in said and new not in said and ("bad object" in said or "unknown revision" in said):
+            return None
+        raise GitError(f"git diff {old[:12]} {new[:12]} failed: {said[-300:]}")
+    names = result.stdout.split(b"\0")
+    return frozenset(name.decode("utf-8", errors="replace") for name in names if name)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -57,6 +57,11 @@ class Gate:
         return kept
 
 
+def cite_code(memories: list) -> bool:
+    """Whether any of the memories (from a ranked read) cites code or is branch-scoped."""
+    return any(any(store.folded_read(memory)) for memory in memories)
+
+
 def memories_gate(memories: list, view: CodeView | None) -> Gate:
     """Check the memories' citations and branch scopes against `view` (see the module). The
     memories come from a ranked read, their citations folded into their rows

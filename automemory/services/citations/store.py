@@ -128,8 +128,8 @@ FOLDED_CITATION_COLUMNS = CITED_FIELDS[:1] + CITED_FIELDS[2:]
 
 
 def folded_columns(alias: str = "m") -> str:
-    """Two SQL columns for a memory row aliased `alias`: `code_citations` and
-    `code_branch_scope` (NULL when none)."""
+    """Two SQL columns for a memory row aliased `alias`: `code_citations_json` and
+    `code_branch_json` (NULL when none)."""
     quote = connection.ops.quote_name
     array = "json_build_array" if connection.vendor == "postgresql" else "json_array"
     group = "json_agg" if connection.vendor == "postgresql" else "json_group_array"
@@ -138,9 +138,9 @@ def folded_columns(alias: str = "m") -> str:
     scopes = MemoryBranchScope._meta.db_table
     return (
         f"(SELECT {group}({array}({cited})) FROM {citations} c"
-        f" WHERE c.memory_id = {alias}.id) AS code_citations,"
+        f" WHERE c.memory_id = {alias}.id) AS code_citations_json,"
         f" (SELECT {array}(s.branch, s.{quote('commit')}) FROM {scopes} s"
-        f" WHERE s.memory_id = {alias}.id AND s.merged_at IS NULL) AS code_branch_scope"
+        f" WHERE s.memory_id = {alias}.id AND s.merged_at IS NULL) AS code_branch_json"
     )
 
 
@@ -153,10 +153,10 @@ def _json(value):
 def folded_read(memory) -> tuple[list[Cited], tuple[str, str] | None]:
     """A memory's citations (in the order written) and unmerged branch scope, from the
     columns `folded_columns` added to its row."""
-    rows = _json(getattr(memory, "code_citations", None)) or []
+    rows = _json(getattr(memory, "code_citations_json", None)) or []
     cited = [
         Cited(memory_id=memory.pk, **dict(zip(FOLDED_CITATION_COLUMNS, row, strict=True)))
         for row in rows
     ]
-    scope = _json(getattr(memory, "code_branch_scope", None))
+    scope = _json(getattr(memory, "code_branch_json", None))
     return sorted(cited, key=lambda c: c.id), (tuple(scope) if scope else None)

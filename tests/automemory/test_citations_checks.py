@@ -1,0 +1,158 @@
+"""Memories citing code are checked against the commit a task starts from before injection:
+fresh, moved (the line numbers follow), changed and deleted (left out), a force-pushed
+default branch, paths with spaces and non-ASCII letters; what it costs in git processes and
+statements."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from automemory.models import MemoryCitation
+from automemory.services.citations.gate import CodeView
+from tests.automemory.citation_helpers import GitCalls, cited_memory, code_view, injected
+from tests.automemory.conftest import CLIENT_PY
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _always_fetch(settings):
+    settings.AUTOMEMORY_CITATION_MIRROR_REFRESH_SECONDS = 0
+
+
+@pytest.fixture
+def task(task_factory, code_project, alice, auto_memory_on):
+    auto_memory_on(alice)
+    return task_factory(code_project, alice, prompt="Fix the client", branch="main")
+
+
+def test_a_fresh_citation_is_injected_with_its_lines(task, code_project, alice, code_remote):
+    memory = cited_memory(
+        code_project, alice, "The client retries twice.", ("api/client.py", 40, 60)
+    )
+    code_remote.commit({"README.md": "other file changed\n"})
+
+    prompt = injected(task, code_view(code_project, code_remote))
+
+    assert f"#{memory.pk} The client retries twice.\n  Cites: api/client.py:40-60\n" in prompt
+    assert MemoryCitation.objects.get().state == "fresh"
+
+
+def test_moved_lines_are_followed_and_injected_at_their_new_numbers(
+    task, code_project, alice, code_remote
+):
+    cited_memory(code_project, alice, "step_20 returns 20.", ("api/client.py", 39, 40))
+    code_remote.commit({"api/client.py": "# header\n" * 5 + CLIENT_PY})
+
+    prompt = injected(task, code_view(code_project, code_remote))
+
+    assert "Cites: api/client.py:44-45" in prompt
+    stored = MemoryCitation.objects.get()
+    assert (stored.state, stored.start_line, stored.end_line) == ("moved", 44, 45)
+    assert stored.commit == code_remote.head()
+
+
+def test_changed_lines_leave_the_memory_out_and_the_preview_says_stale_code(
+    task, code_project, alice, code_remote, api_client_for
+):
+    memory = cited_memory(code_project, alice, "step_20 returns 20.", ("api/client.py", 39, 40))
+    code_remote.commit({"api/client.py": CLIENT_PY.replace("return 20", "return 21")})
+
+    prompt = injected(task, code_view(code_project, code_remote))
+
+    assert f"#{memory.pk}" not in prompt
+    assert MemoryCitation.objects.get().state == "changed"
+    body = (
+        api_client_for(alice)
+        .get(f"/projects/{code_project.pk}/memory-preview", {"prompt": "Fix the client"})
+        .json()
+    )
+    assert {"id": memory.pk, "scope": "project", "reason": "stale_code"} in body["left_out"]
+    assert memory.pk not in body["memory_ids"]
+
+
+def test_a_deleted_file_leaves_the_memory_out(task, code_project, alice, code_remote):
+    memory = cited_memory(
+        code_project, alice, "Deploys need a tag.", ("docs/how to deploy.md", 3, 4)
+    )
+    code_remote.commit({"docs/how to deploy.md": None})
+
+    prompt = injected(task, code_view(code_project, code_remote))
+
+    assert f"#{memory.pk}" not in prompt
+    assert MemoryCitation.objects.get().state == "deleted"
+
+
+def test_non_ascii_paths_are_checked_like_any(task, code_project, alice, code_remote):
+    memory = cited_memory(code_project, alice, "VALUE is e acute.", ("src/café/naïve.py", 1, 1))
+    code_remote.commit({"src/café/naïve.py": "# moved\nVALUE = 'é'\nOTHER = 2\n"})
+
+    prompt = injected(task, code_view(code_project, code_remote))
+
+    assert f"#{memory.pk} VALUE is e acute.\n  Cites: src/café/naïve.py:2-2" in prompt
+
+
+def test_a_force_pushed_default_branch_is_checked_by_content(
+    task, code_project, alice, code_remote
+):
+    kept = cited_memory(code_project, alice, "step_1 returns 1.", ("api/client.py", 1, 2))
+    lost = cited_memory(code_project, alice, "Deploys need a tag.", ("docs/how to deploy.md", 4, 4))
+    old = MemoryCitation.objects.get(memory=kept).commit
+    code_remote.force_push_new_history({"api/client.py": CLIENT_PY})
+
+    prompt = injected(task, code_view(code_project, code_remote))
+
+    assert old != code_remote.head()
+    assert f"#{kept.pk} step_1 returns 1.\n  Cites: api/client.py:1-2" in prompt
+    assert f"#{lost.pk}" not in prompt
+    assert MemoryCitation.objects.get(memory=lost).state == "deleted"
+
+
+def test_an_unreadable_repository_leaves_citations_unchecked_and_says_so(
+    task, code_project, alice, code_remote, tmp_path
+):
+    memory = cited_memory(code_project, alice, "step_1 returns 1.", ("api/client.py", 1, 2))
+    code_remote.commit({"README.md": "changed\n"})
+    gone = CodeView(tmp_path / "no-such-mirror.git", code_remote.head(), "main", "main")
+
+    prompt = injected(task, gone)
+
+    assert f"#{memory.pk} step_1 returns 1.\n  Cites: api/client.py:1-2 (not checked" in prompt
+    assert MemoryCitation.objects.get().state == "fresh"  # what the last check found stays
+
+
+def test_an_injection_runs_at_most_two_git_processes_and_its_statements_stay_flat(
+    task, code_project, alice, code_remote, settings, tmp_path
+):
+    for i in range(8):
+        cited_memory(
+            code_project,
+            alice,
+            f"step_{i + 1} returns {i + 1}.",
+            ("api/client.py", 2 * i + 1, 2 * i + 2),
+            ("docs/how to deploy.md", 3, 3),
+        )
+    code_remote.commit({"api/client.py": "# header\n" + CLIENT_PY, "README.md": "x\n"})
+    view = code_view(code_project, code_remote)
+    counting = GitCalls(tmp_path)
+    settings.WORKER_GIT_BINARY = str(counting.binary)
+
+    with CaptureQueriesContext(connection) as many:
+        prompt = injected(task, view)
+    calls = counting.calls()
+
+    assert len(calls) <= 2, calls
+    assert any("diff --name-only" in call for call in calls)
+    assert any("cat-file --batch" in call for call in calls)
+    assert prompt.count("Cites: api/client.py:") == 5  # the project's injection limit
+    # The same injection with one cited memory costs the same statements.
+    MemoryCitation.objects.exclude(memory__content__startswith="step_1 ").delete()
+    with CaptureQueriesContext(connection) as one:
+        injected(task, view)
+    assert len(one) <= len(many), (len(one), len(many))
+    counting.reset()
+    injected(task, view)
+    # The diff of this commit pair is cached: the second injection runs no diff.
+    assert not any("diff --name-only" in call for call in counting.calls())
