@@ -68,53 +68,72 @@ def anchors_make(
 ) -> list[Anchor]:
     """The citations checked against the tree at `commit` (one `git ls-tree` and one `git
     cat-file --batch` for all of them); CitationRefused naming the first bad one."""
+    checked = anchors_check(citations, git_dir=git_dir, commit=commit, branch=branch, field=field)
+    for item in checked:
+        if isinstance(item, CitationRefused):
+            raise item
+    return checked
+
+
+def anchors_check(
+    citations: list[dict], *, git_dir: Path, commit: str, branch: str, field: str = "citations"
+) -> list[Anchor | CitationRefused]:
+    """Each citation checked against the tree at `commit`: an Anchor, or CitationRefused
+    saying why not. Two git processes for all of them (`ls-tree`, `cat-file --batch`), and
+    only for those whose path and lines are well formed."""
+    checked: list[Anchor | CitationRefused | None] = []
     for index, citation in enumerate(citations):
         name = f"{field}[{index}]"
         problem = path_problem(citation.get("path"))
-        if problem:
-            raise CitationRefused(f"{name}.path", problem)
         lines = lines_problem(citation.get("start_line"), citation.get("end_line"))
-        if lines:
-            raise CitationRefused(f"{name}.{lines[0]}", lines[1])
-    paths = [citation["path"] for citation in citations]
+        if problem:
+            checked.append(CitationRefused(f"{name}.path", problem))
+        elif lines:
+            checked.append(CitationRefused(f"{name}.{lines[0]}", lines[1]))
+        else:
+            checked.append(None)
+    paths = [c["path"] for c, done in zip(citations, checked, strict=True) if done is None]
     modes = code.modes_read(git_dir, commit, paths)
+    readable = [path for path in paths if modes.get(path) in code.FILE_MODES]
+    blobs = code.blobs_read(git_dir, commit, readable)
     for index, citation in enumerate(citations):
-        mode = modes.get(citation["path"])
-        if mode is None:
-            raise CitationRefused(
-                f"{field}[{index}].path", f"is not a file at {commit[:12]} ({branch})"
-            )
-        if mode not in code.FILE_MODES:
-            raise CitationRefused(
-                f"{field}[{index}].path", "is a symlink, a folder or a submodule, not a file"
-            )
-    blobs = code.blobs_read(git_dir, commit, paths)
-    anchors = []
-    for index, citation in enumerate(citations):
-        name = f"{field}[{index}]"
-        blob = blobs.get(citation["path"]) or code.Blob(None, missing=True)
-        if blob.too_large:
-            raise CitationRefused(
-                f"{name}.path", f"is larger than {code.MAX_FILE_BYTES} bytes and cannot be cited"
-            )
-        if blob.data is None:
-            raise CitationRefused(f"{name}.path", f"is not a file at {commit[:12]} ({branch})")
-        if code.is_binary(blob.data):
-            raise CitationRefused(f"{name}.path", "is a binary file; only text can be cited")
-        lines = code.lines_of(blob.data)
-        start, end = citation["start_line"], citation["end_line"]
-        if end > len(lines):
-            raise CitationRefused(
-                f"{name}.end_line", f"the file has {len(lines)} lines at {commit[:12]}"
-            )
-        anchors.append(
-            Anchor(
-                path=citation["path"],
-                start_line=start,
-                end_line=end,
+        if checked[index] is None:
+            checked[index] = _anchor(
+                citation,
+                mode=modes.get(citation["path"]),
+                blob=blobs.get(citation["path"]),
+                name=f"{field}[{index}]",
                 commit=commit,
                 branch=branch,
-                content_hash=code.lines_hash(lines[start - 1 : end]),
             )
+    return checked
+
+
+def _anchor(
+    citation: dict, *, mode: str | None, blob: code.Blob | None, name: str, commit: str, branch: str
+) -> Anchor | CitationRefused:
+    where = f"at {commit[:12]} ({branch})"
+    if mode is None:
+        return CitationRefused(f"{name}.path", f"is not a file {where}")
+    if mode not in code.FILE_MODES:
+        return CitationRefused(f"{name}.path", "is a symlink, a folder or a submodule, not a file")
+    if blob is not None and blob.too_large:
+        return CitationRefused(
+            f"{name}.path", f"is larger than {code.MAX_FILE_BYTES} bytes and cannot be cited"
         )
-    return anchors
+    if blob is None or blob.data is None:
+        return CitationRefused(f"{name}.path", f"is not a file {where}")
+    if code.is_binary(blob.data):
+        return CitationRefused(f"{name}.path", "is a binary file; only text can be cited")
+    lines = code.lines_of(blob.data)
+    start, end = citation["start_line"], citation["end_line"]
+    if end > len(lines):
+        return CitationRefused(f"{name}.end_line", f"the file has {len(lines)} lines {where}")
+    return Anchor(
+        path=citation["path"],
+        start_line=start,
+        end_line=end,
+        commit=commit,
+        branch=branch,
+        content_hash=code.lines_hash(lines[start - 1 : end]),
+    )

@@ -23,13 +23,16 @@ class MemoryDraft:
     deterministic strategy); `note` is a line for the task's log detail (the deterministic
     text was written because the model was away, the extraction was kept from an earlier
     sweep); `kind` is the extraction model's kind of fact (`model.KINDS`; "" when not
-    known: the memory table does not keep it).
+    known: the memory table does not keep it). `citations`: the lines of code the extraction
+    model says the memory speaks of (unchecked); None for the deterministic text (its
+    citations come from the task's diff: automemory.services.citations.extracted).
     """
 
     content: str
     keywords: list[str] = field(default_factory=list)
     note: str = ""
     kind: str = ""
+    citations: tuple[dict, ...] | None = None
 
 
 class NoDurableSignal(Exception):

@@ -312,6 +312,7 @@ def _extract(
             force=force,
             held=candidate.held_for_author,
             discard_draft=candidate.may_have_draft,
+            citations=draft.citations,
         )
     except ModelCallCapReached:
         return None
