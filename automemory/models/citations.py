@@ -24,6 +24,9 @@ class CitationState(models.TextChoices):
     DELETED = "deleted"
     # Not checked yet, or the repository could not be read when it was.
     UNCHECKED = "unchecked"
+    # The lines are not at the commit checked against, and the citation's commit is not in
+    # its history: the code cited is not merged there (yet). Never stored.
+    UNMERGED = "unmerged"
 
 
 STALE_STATES = (CitationState.CHANGED, CitationState.DELETED)

@@ -3,11 +3,16 @@ given to an agent.
 
 Per citation: `fresh` (the cited lines' content is what was written), `moved` (the same
 lines found elsewhere in the file: the line numbers follow them), `changed` (the file is
-there, the lines are not) or `deleted` (no such file). What it costs, whatever the number
+there, the lines are not) or `deleted` (no such file); `unmerged` when the lines are not
+there and the citation was written on another branch whose commit is not in the base's
+history (a task's work not merged yet: not stale, not there yet). What it costs, whatever
+the number
 of memories: one `git diff --name-only` per (citation commit, base) pair, cached in the
 process (`code.changed_between`), and one `git cat-file --batch` reading, at the base, only
 the files those diffs name. A path the diff does not name is unchanged, so its citation is
-fresh without reading it. When a citation's commit is gone (a force-push), no diff can say
+fresh without reading it. A citation of another branch found missing costs one `git
+merge-base --is-ancestor` per (commit, base) pair, cached, to tell `unmerged` from stale.
+When a citation's commit is gone (a force-push), no diff can say
 what changed: its file is read at the base and its lines' hash decides.
 """
 
@@ -18,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from automemory.models.citations import CitationState
+from automemory.models.citations import STALE_STATES, CitationState
 from automemory.services.citations import code
 from controlplane.git import GitError
 
@@ -51,8 +56,11 @@ class Cited:
         }
 
 
-def citations_check(citations: list[Cited], *, git_dir: Path | None, base: str) -> list[Cited]:
-    """The citations as found at `base` in the repository at `git_dir` (see the module).
+def citations_check(
+    citations: list[Cited], *, git_dir: Path | None, base: str, branch: str = ""
+) -> list[Cited]:
+    """The citations as found at `base` (the head of `branch`, or a commit of it) in the
+    repository at `git_dir` (see the module).
     When the repository cannot be read, each comes back `unchecked` and the reason is
     logged: a citation that could not be checked is never reported fresh."""
     if not citations:
@@ -85,11 +93,27 @@ def citations_check(citations: list[Cited], *, git_dir: Path | None, base: str) 
         return [replace(c, state=CitationState.UNCHECKED) for c in citations]
     for citation in to_read.values():
         blob = blobs.get(citation.path) or code.Blob(None, missing=True)
-        result[citation.id] = _found(citation, blob, base=base)
+        found = _found(citation, blob, base=base, branch=branch)
+        if found.state in STALE_STATES and _unmerged(git_dir, citation, base=base, branch=branch):
+            found = replace(citation, state=CitationState.UNMERGED)
+        result[citation.id] = found
     return [result[c.id] for c in citations]
 
 
-def _found(citation: Cited, blob: code.Blob, *, base: str) -> Cited:
+def _unmerged(git_dir: Path, citation: Cited, *, base: str, branch: str) -> bool:
+    """Whether the citation's lines are missing because its commit is not merged into the
+    base yet: it is not in the base's history (one cached `merge-base --is-ancestor`) and was
+    written on another branch. On the base's own branch, a commit not in its history was
+    rewritten away (a force-push): the lines are stale, not unmerged."""
+    if citation.branch == branch:
+        return False
+    try:
+        return not code.is_ancestor(git_dir, citation.commit, base)
+    except (GitError, OSError):
+        return False
+
+
+def _found(citation: Cited, blob: code.Blob, *, base: str, branch: str) -> Cited:
     if blob.missing:
         return replace(citation, state=CitationState.DELETED, checked_commit=base)
     if blob.data is None or code.is_binary(blob.data):
@@ -105,6 +129,7 @@ def _found(citation: Cited, blob: code.Blob, *, base: str) -> Cited:
         start_line=start,
         end_line=start + span - 1,
         commit=base,
+        branch=branch or citation.branch,
         state=state,
         checked_commit=base,
     )

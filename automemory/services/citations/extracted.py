@@ -77,8 +77,10 @@ def task_citations(task: Task, proposed: list[dict] | None, *, content: str) -> 
         return found
     try:
         git_dir = _head_readable(repository, task)
+        # Written on the task's own branch: until it is merged, a base without its lines is
+        # not stale code (`checks`: unmerged).
         checked = anchors_check(
-            proposed, git_dir=git_dir, commit=task.head_commit, branch=found.branch
+            proposed, git_dir=git_dir, commit=task.head_commit, branch=_task_branch(task)
         )
     except (GitError, MirrorError, OSError) as exc:
         logger.warning("task %s: its citations could not be checked: %s", task.pk, exc)
@@ -109,7 +111,7 @@ def _head_readable(repository: Repository, task: Task) -> Path:
     if commit_present(git_dir, task.head_commit):
         return git_dir
     remote = repository_remote(repository)
-    branch = f"{TASK_BRANCH_PREFIX}task-{task.pk}"
+    branch = _task_branch(task)
     with remote_env(remote) as access:
         git_run(
             [
@@ -128,6 +130,10 @@ def _head_readable(repository: Repository, task: Task) -> Path:
     if not commit_present(git_dir, task.head_commit):
         raise MirrorError(f"commit {task.head_commit[:12]} is not on the remote")
     return git_dir
+
+
+def _task_branch(task: Task) -> str:
+    return f"{TASK_BRANCH_PREFIX}task-{task.pk}"
 
 
 def diff_citations(task: Task, *, content: str) -> list[dict]:

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from automemory.models.citations import STALE_STATES
+from automemory.models.citations import STALE_STATES, CitationState
 from automemory.services.citations import code, store
 from automemory.services.citations.checks import Cited, citations_check
 from controlplane.git import GitError, git_run
@@ -85,12 +85,15 @@ def memories_gate(memories: list, view: CodeView | None) -> Gate:
             before,
             git_dir=view.git_dir if view else None,
             base=view.commit if view else "",
+            branch=view.branch if view else "",
         )
         store.checks_save(before, after)
         for citation in after:
             gate.citations.setdefault(citation.memory_id, []).append(citation)
             if citation.state in STALE_STATES:
                 gate.left_out[citation.memory_id] = STALE_CODE
+            elif citation.state == CitationState.UNMERGED:
+                gate.left_out.setdefault(citation.memory_id, OTHER_BRANCH)
     merged = []
     for memory_id, (branch, commit) in scopes.items():
         if view is not None and view.branch == branch:

@@ -83,14 +83,20 @@ def branch_scopes_read(memory_ids: Iterable[int]) -> dict[int, MemoryBranchScope
 
 def checks_save(before: list[Cited], after: list[Cited]) -> None:
     """Save what a check found where it differs from what was stored: one statement for all
-    (an unchecked citation keeps what the last check found)."""
+    (an unchecked or unmerged citation keeps what the last check found)."""
     was = {c.id: c for c in before}
     changed = [
         c
         for c in after
-        if c.state != CitationState.UNCHECKED
-        and (c.state, c.start_line, c.end_line, c.commit)
-        != (was[c.id].state, was[c.id].start_line, was[c.id].end_line, was[c.id].commit)
+        if c.state not in (CitationState.UNCHECKED, CitationState.UNMERGED)
+        and (c.state, c.start_line, c.end_line, c.commit, c.branch)
+        != (
+            was[c.id].state,
+            was[c.id].start_line,
+            was[c.id].end_line,
+            was[c.id].commit,
+            was[c.id].branch,
+        )
     ]
     if not changed:
         return
@@ -101,6 +107,7 @@ def checks_save(before: list[Cited], after: list[Cited]) -> None:
             start_line=c.start_line,
             end_line=c.end_line,
             commit=c.commit,
+            branch=c.branch,
             state=c.state,
             checked_commit=c.checked_commit,
             checked_at=now,
@@ -109,7 +116,8 @@ def checks_save(before: list[Cited], after: list[Cited]) -> None:
     ]
     with transaction.atomic():
         MemoryCitation.objects.bulk_update(
-            rows, ["start_line", "end_line", "commit", "state", "checked_commit", "checked_at"]
+            rows,
+            ["start_line", "end_line", "commit", "branch", "state", "checked_commit", "checked_at"],
         )
 
 
