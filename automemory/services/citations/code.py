@@ -58,10 +58,16 @@ def is_binary(data: bytes) -> bool:
 def blobs_read(git_dir: Path, commit: str, paths: list[str]) -> dict[str, Blob]:
     """Each path's file at `commit`, read by one `git cat-file --batch` process (none when
     `paths` is empty). GitError when git cannot run."""
-    wanted = sorted(set(paths))
+    found = blobs_read_at(git_dir, [(commit, path) for path in paths])
+    return {path: blob for (_, path), blob in found.items()}
+
+
+def blobs_read_at(git_dir: Path, wanted: list[tuple[str, str]]) -> dict[tuple[str, str], Blob]:
+    """Each (commit, path)'s file, read by one `git cat-file --batch` process."""
+    wanted = sorted(set(wanted))
     if not wanted:
         return {}
-    request = "".join(f"{commit}:{path}\n" for path in wanted).encode()
+    request = "".join(f"{commit}:{path}\n" for commit, path in wanted).encode()
     result = git_run(
         ["cat-file", "--batch"],
         env=git_dir_env(git_dir),
@@ -72,8 +78,8 @@ def blobs_read(git_dir: Path, commit: str, paths: list[str]) -> dict[str, Blob]:
     return _batch_parse(result.stdout, wanted, truncated=result.truncated)
 
 
-def _batch_parse(out: bytes, paths: list[str], *, truncated: bool) -> dict[str, Blob]:
-    found: dict[str, Blob] = {}
+def _batch_parse(out: bytes, paths: list, *, truncated: bool) -> dict:
+    found: dict = {}
     at = 0
     for path in paths:
         end = out.find(b"\n", at)
