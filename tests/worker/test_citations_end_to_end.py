@@ -151,9 +151,7 @@ def test_a_branch_memory_reaches_only_its_branch_until_the_branch_is_merged(
 
     on_feature = preview("feature")
     # The task's own branch is not merged into feature yet: the lines it cites are not there.
-    assert {"id": memory.pk, "scope": "project", "reason": "other_branch"} in on_feature[
-        "left_out"
-    ]
+    assert {"id": memory.pk, "scope": "project", "reason": "other_branch"} in on_feature["left_out"]
     git("fetch", "-q", "origin", f"controlplane/task-{task.pk}", cwd=git_remote.work)
     git("push", "-q", "origin", "FETCH_HEAD:refs/heads/feature", cwd=git_remote.work)
     on_feature = preview("feature")
