@@ -185,7 +185,8 @@ def tool_search(
     budget = conf.get("SEARCH_MAX_CHARS")
     for memory in found:
         view = _memory_view(memory, max_chars=budget)
-        view["citations"] = [c.as_output() for c in memory.code_citations]
+        if memory.code_citations:  # the code it cites, as checked (only when it cites any)
+            view["citations"] = [c.as_output() for c in memory.code_citations]
         answer["memories"].append(view)
         if _size(answer) > budget:
             answer["memories"].pop()

@@ -156,3 +156,37 @@ def test_an_injection_runs_at_most_two_git_processes_and_its_statements_stay_fla
     injected(task, view)
     # The diff of this commit pair is cached: the second injection runs no diff.
     assert not any("diff --name-only" in call for call in counting.calls())
+
+
+def test_memory_search_shows_checked_citations_and_leaves_stale_memories_out(
+    code_project, alice, code_remote, task_factory, auto_memory_on
+):
+    from controlplane.models import TaskStatus
+    from controlplane.services.task_keys import task_key_new
+    from tests.automemory.test_memory_tools import ok
+
+    auto_memory_on(alice, injection_ranking="relevant")
+    moved = cited_memory(code_project, alice, "Deploys retry step one.", ("api/client.py", 1, 2))
+    changed = cited_memory(code_project, alice, "Deploys use step 20.", ("api/client.py", 39, 40))
+    plain = cited_memory(code_project, alice, "Deploys need a tag.")
+    head = code_remote.commit(
+        {"api/client.py": "# header\n" + CLIENT_PY.replace("return 20", "return 21")}
+    )
+    minted = task_key_new()
+    task_factory(
+        code_project,
+        alice,
+        status=TaskStatus.RUNNING,
+        memory_key_hash=minted.key_hash,
+        branch="main",
+        base_commit=head,
+    )
+
+    found = ok(minted.key, "memory_search", query="deploys", limit=5)["memories"]
+
+    by_id = {m["id"]: m for m in found}
+    assert changed.pk not in by_id
+    assert by_id[moved.pk]["citations"] == [
+        {"path": "api/client.py", "start_line": 2, "end_line": 3, "commit": head, "state": "moved"}
+    ]
+    assert "citations" not in by_id[plain.pk]
