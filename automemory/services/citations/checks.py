@@ -5,15 +5,17 @@ Per citation: `fresh` (the cited lines' content is what was written), `moved` (t
 lines found elsewhere in the file: the line numbers follow them), `changed` (the file is
 there, the lines are not) or `deleted` (no such file); `unmerged` when the lines are not
 there and the citation was written on another branch whose commit is not in the base's
-history (a task's work not merged yet: not stale, not there yet). What it costs, whatever
-the number
-of memories: one `git diff --name-only` per (citation commit, base) pair, cached in the
-process (`code.changed_between`), and one `git cat-file --batch` reading, at the base, only
-the files those diffs name. A path the diff does not name is unchanged, so its citation is
-fresh without reading it. A citation of another branch found missing costs one `git
-merge-base --is-ancestor` per (commit, base) pair, cached, to tell `unmerged` from stale.
-When a citation's commit is gone (a force-push), no diff can say
-what changed: its file is read at the base and its lines' hash decides.
+history (a task's work not merged yet: not stale, not there yet).
+
+What it costs, whatever the number of memories: one `git diff --name-only` per (citation
+commit, base) pair, cached in the process (`code.changed_between`), and one `git cat-file
+--batch` reading, at the base, only the files those diffs name. A path the diff does not
+name is unchanged, so its citation is fresh without reading it; a citation already checked
+against the same commit keeps what that check found, with no git at all. A citation of
+another branch found missing costs one `git merge-base --is-ancestor` per (commit, base)
+pair, cached, to tell `unmerged` from stale. When a citation's commit is gone (a
+force-push), no diff can say what changed: its file is read at the base and its lines'
+hash decides.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ from automemory.services.citations import code
 from controlplane.git import GitError
 
 logger = logging.getLogger(__name__)
+
+# What a check found that stands for the commit it checked against (`checked_commit`).
+CHECKED_STATES = (
+    CitationState.FRESH,
+    CitationState.MOVED,
+    CitationState.CHANGED,
+    CitationState.DELETED,
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,10 @@ def citations_check(
     result: dict[int, Cited] = {}
     by_commit: dict[str, list[Cited]] = defaultdict(list)
     for citation in citations:
-        by_commit[citation.commit].append(citation)
+        if citation.checked_commit == base and citation.state in CHECKED_STATES:
+            result[citation.id] = citation  # checked against this very commit already
+        else:
+            by_commit[citation.commit].append(citation)
     try:
         for commit, group in by_commit.items():
             changed = code.changed_between(git_dir, commit, base)

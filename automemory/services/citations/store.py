@@ -7,7 +7,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 
-from django.db import connection, transaction
+from django.db import connection
 from django.utils import timezone
 
 from automemory.models.citations import (
@@ -114,11 +114,11 @@ def checks_save(before: list[Cited], after: list[Cited]) -> None:
         )
         for c in changed
     ]
-    with transaction.atomic():
-        MemoryCitation.objects.bulk_update(
-            rows,
-            ["start_line", "end_line", "commit", "branch", "state", "checked_commit", "checked_at"],
-        )
+    # One UPDATE (bulk_update's one batch, in its own transaction).
+    MemoryCitation.objects.bulk_update(
+        rows,
+        ["start_line", "end_line", "commit", "branch", "state", "checked_commit", "checked_at"],
+    )
 
 
 def branch_merged_save(memory_ids: list[int]) -> None:
