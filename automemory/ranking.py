@@ -147,8 +147,7 @@ def ranked_read(
     relevant = ranking == InjectionRanking.RELEVANT
     match = _match(query_text) if relevant else None
     vector = fusion.task_vector(query_text) if relevant else None
-    # With each memory, its code citations and branch scope (`automemory.services.citations`).
-    columns = f"{memory_columns()}, {citation_store.folded_columns()}"
+    columns = memory_columns()
     parts: list[str] = []
     params: list = []
     ctes: list[str] = []
@@ -217,8 +216,12 @@ def ranked_read(
         params.extend([*owner, limit])
     found: dict[str, list[IdentityMemory]] = {}
     if parts:
+        # With each memory chosen, its code citations and branch scope, read for the chosen
+        # rows only (`automemory.services.citations`).
         sql = " UNION ALL ".join(
-            f"SELECT * FROM ({part}) AS part{i}" for i, part in enumerate(parts)
+            f"SELECT part{i}.*, {citation_store.folded_columns(f'part{i}')}"
+            f" FROM ({part}) AS part{i}"
+            for i, part in enumerate(parts)
         )
         if ctes:
             sql = f"WITH {', '.join(ctes)} {sql}"

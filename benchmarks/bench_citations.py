@@ -172,7 +172,9 @@ def main() -> None:
             )
         MemoryCitation.objects.bulk_create(rows)
         written = list(
-            MemoryCitation.objects.values("pk", "start_line", "end_line", "commit", "state")
+            MemoryCitation.objects.values(
+                "pk", "start_line", "end_line", "commit", "state", "checked_commit"
+            )
         )
         print(
             f"{args.memories} memories with 3 citations each ({len(rows)}), written at the commit "
@@ -182,7 +184,7 @@ def main() -> None:
         def restore() -> None:
             MemoryCitation.objects.bulk_update(
                 [MemoryCitation(**row) for row in written],
-                ["start_line", "end_line", "commit", "state"],
+                ["start_line", "end_line", "commit", "state", "checked_commit"],
                 batch_size=500,
             )
 
