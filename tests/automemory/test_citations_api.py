@@ -213,3 +213,16 @@ def test_a_stranger_cannot_read_a_foreign_memory_s_citations(
         {"citations": [{"path": "api/client.py", "start_line": 1, "end_line": 1}]},
     )
     assert refused.status_code == 404
+
+
+def test_ten_thousand_citations_in_a_patch_are_refused_unread(
+    api_client_for, code_project, alice, memory_factory
+):
+    memory = memory_factory(project=code_project, content="before")
+    citations = [{"path": "/etc/passwd", "start_line": 1, "end_line": 1}] * 10_000
+
+    response = patch(api_client_for(alice), memory.pk, {"citations": citations})
+
+    assert response.status_code == 400
+    assert "citations" in response.json()
+    assert not MemoryCitation.objects.exists()

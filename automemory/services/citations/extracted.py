@@ -72,7 +72,9 @@ def task_citations(task: Task, proposed: list[dict] | None, *, content: str) -> 
     found.head = task.head_commit
     if proposed is None:
         proposed = diff_citations(task, content=content)
-    proposed = proposed[:MAX_CITATIONS_PER_MEMORY]
+    if len(proposed) > MAX_CITATIONS_PER_MEMORY:
+        found.dropped.append(f"more than {MAX_CITATIONS_PER_MEMORY} citations: the rest")
+        proposed = proposed[:MAX_CITATIONS_PER_MEMORY]
     if not proposed:
         return found
     try:

@@ -1,12 +1,13 @@
 """Memories that cite code, checked against the code before they are given to an agent.
 
 `memories_gate` is the one step injection, `memory_search` and the preview take between
-ranking memories and showing them: it reads the candidates' citations and branch scopes
-(one statement each), checks the citations against the commit the task starts from
-(`checks.citations_check`: at most one `git diff --name-only` per commit pair, cached, and
-one `git cat-file --batch`), saves what changed (one statement), and says which memories
-are left out: `stale_code` (a citation `changed` or `deleted`) and `other_branch` (drawn on
-a branch not merged into the default branch yet, and the task is on another branch).
+ranking memories and showing them: it takes the candidates' citations and branch scopes
+from their rows (the ranked read folds them in), checks the citations against the commit
+the task starts from (`checks.citations_check`: at most one `git diff --name-only` per
+commit pair, cached, and one `git cat-file --batch`), saves what changed (one statement),
+and says which memories are left out: `stale_code` (a citation `changed` or `deleted`) and
+`other_branch` (drawn on a branch not merged into the default branch yet while the task is
+on another branch, or citing a task's work not merged into the task's base).
 """
 
 from __future__ import annotations

@@ -216,13 +216,13 @@ def answer_draft(answer: dict, *, injected: Sequence[Fingerprint] = ()) -> Memor
 
 
 def _citations(value: object) -> tuple[dict, ...]:
-    """The answer's citations, well formed or not (each is checked before it is kept), at
-    most MAX_CITATIONS_PER_MEMORY."""
+    """The answer's citations, well formed or not (each is checked before it is kept): one
+    more than MAX_CITATIONS_PER_MEMORY at most, so the check can say some were cut."""
     if not isinstance(value, list):
         return ()
     return tuple(
         {key: item.get(key) for key in ("path", "start_line", "end_line")}
-        for item in value[:MAX_CITATIONS_PER_MEMORY]
+        for item in value[: MAX_CITATIONS_PER_MEMORY + 1]
         if isinstance(item, dict)
     )
 
