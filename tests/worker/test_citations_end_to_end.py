@@ -107,7 +107,8 @@ def test_the_model_s_citations_are_checked_and_the_bad_ones_dropped_and_logged(
                     {"path": "api/client.py", "start_line": -2, "end_line": 1},
                     {"path": "api/client.py", "start_line": 9, "end_line": 3},
                     {"path": "missing.py", "start_line": 1, "end_line": 1},
-                ],
+                ]
+                + [{"path": f"../{i}", "start_line": 1, "end_line": 1} for i in range(10_000)],
             }
         )
     )
@@ -120,7 +121,13 @@ def test_the_model_s_citations_are_checked_and_the_bad_ones_dropped_and_logged(
     assert kept.commit == task.head_commit
     detail = AutoMemoryLog.objects.get(task=task).detail
     assert "citations dropped" in detail
-    for said in ("/etc/passwd", "../../x", "missing.py", "must not be before start_line"):
+    for said in (
+        "/etc/passwd",
+        "../../x",
+        "missing.py",
+        "must not be before start_line",
+        "more than 20 citations",
+    ):
         assert said in detail, detail
 
 
