@@ -181,9 +181,15 @@ def main() -> None:
             f"{args.moves} before the head; {args.memories} more without citations"
         )
 
+        by_pk = {row["pk"]: row for row in written}
+
         def restore() -> None:
+            """The rows a check changed, put back as written (one read, one update)."""
+            changed = MemoryCitation.objects.exclude(
+                commit=written_at, checked_commit=written_at, state="fresh"
+            ).values_list("pk", flat=True)
             MemoryCitation.objects.bulk_update(
-                [MemoryCitation(**row) for row in written],
+                [MemoryCitation(**by_pk[pk]) for pk in changed],
                 ["start_line", "end_line", "commit", "state", "checked_commit"],
                 batch_size=500,
             )

@@ -117,7 +117,9 @@ def memory_text_fenced(content: str) -> str:
 def _cites(memory: IdentityMemory) -> str:
     """The memory's checked code citations, on a line of their own under its text (moved
     ones at their new line numbers), or ""."""
-    note = citations_note(getattr(memory, "code_citations", None) or [])
+    note = getattr(memory, "code_citations_note", None)
+    if note is None:
+        note = citations_note(getattr(memory, "code_citations", None) or [])
     return f"\n  {text_neutralised(note)}" if note else ""
 
 

@@ -51,10 +51,12 @@ class Gate:
 
     def allowed(self, memories: list) -> list:
         """`memories` without those left out, each given its checked citations
-        (`code_citations`)."""
+        (`code_citations`) and the line the block shows of them (`code_citations_note`)."""
         kept = [m for m in memories if m.pk not in self.left_out]
         for memory in kept:
             memory.code_citations = self.citations.get(memory.pk, [])
+            # Written once: the block is rendered again for every memory it tries to fit.
+            memory.code_citations_note = citations_note(memory.code_citations)
         return kept
 
 
