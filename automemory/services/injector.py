@@ -10,6 +10,7 @@ warning and the task runs without memories.
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -180,7 +181,7 @@ def injection_plan(
     goal: str | None,
     preferences: InjectionPreferences,
     explain: bool = False,
-    code: CodeView | None = None,
+    code: CodeView | Callable[[], CodeView | None] | None = None,
 ) -> InjectionPlan:
     """The memories a first turn with this prompt and goal receives, fitted into the block.
 
@@ -309,7 +310,7 @@ def memory_preview(
     if not preferences.use_memories:
         return InjectionPlan(preferences=preferences, fitted=None)
     return injection_plan(
-        code=code_views.view_for_branch(project_id, branch),
+        code=lambda: code_views.view_for_branch(project_id, branch),
         user_id=user.pk,
         project_id=project_id,
         prompt=prompt,

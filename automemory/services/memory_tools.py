@@ -180,8 +180,8 @@ def tool_search(
     )
     # Memories citing code are checked against the task's base commit; stale ones and
     # those of another branch are not given as fact (automemory.services.citations).
-    code = code_views.view_for_task(scope.task) if citations.cite_code(found) else None
-    found = citations.memories_gate(found, code).allowed(found)
+    task = scope.task
+    found = citations.memories_gate(found, lambda: code_views.view_for_task(task)).allowed(found)
     budget = conf.get("SEARCH_MAX_CHARS")
     for memory in found:
         view = _memory_view(memory, max_chars=budget)

@@ -13,6 +13,7 @@ on another branch, or citing a task's work not merged into the task's base).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,16 +61,13 @@ class Gate:
         return kept
 
 
-def cite_code(memories: list) -> bool:
-    """Whether any of the memories (from a ranked read) cites code or is branch-scoped."""
-    return any(any(store.folded_read(memory)) for memory in memories)
-
-
-def memories_gate(memories: list, view: CodeView | None) -> Gate:
+def memories_gate(memories: list, view: CodeView | Callable[[], CodeView | None] | None) -> Gate:
     """Check the memories' citations and branch scopes against `view` (see the module). The
     memories come from a ranked read, their citations folded into their rows
     (`store.folded_columns`); no statement reads them again. Statements: at most two
-    writes (what the check changed, the branches found merged), whatever the number."""
+    writes (what the check changed, the branches found merged), whatever the number.
+    `view` may be a function making it, called only when a memory cites code or is scoped
+    to a branch (the API process's view may fetch the mirror)."""
     gate = Gate()
     cited: dict[int, list[Cited]] = {}
     scopes: dict[int, tuple[str, str]] = {}
@@ -79,6 +77,8 @@ def memories_gate(memories: list, view: CodeView | None) -> Gate:
             cited[memory.pk] = citations
         if scope:
             scopes[memory.pk] = scope
+    if callable(view):
+        view = view() if cited or scopes else None
     before = [c for citations in cited.values() for c in citations]
     if before:
         if view is None or view.git_dir is None:
