@@ -72,7 +72,7 @@ class CitationsColumn(Subquery):
 def _citation_list(value, expression, connection) -> list[dict]:
     if value is None:
         return []
-    return store._json(value)
+    return store.json_value(value)
 
 
 def citations_column() -> Expression:

@@ -152,7 +152,8 @@ def folded_columns(alias: str = "m") -> str:
     )
 
 
-def _json(value):
+def json_value(value):
+    """A JSON column's value as Python (SQLite returns text, PostgreSQL decoded values)."""
     if value is None:
         return None
     return json.loads(value) if isinstance(value, str | bytes) else value
@@ -161,10 +162,10 @@ def _json(value):
 def folded_read(memory) -> tuple[list[Cited], tuple[str, str] | None]:
     """A memory's citations (in the order written) and unmerged branch scope, from the
     columns `folded_columns` added to its row."""
-    rows = _json(getattr(memory, "code_citations_json", None)) or []
+    rows = json_value(getattr(memory, "code_citations_json", None)) or []
     cited = [
         Cited(memory_id=memory.pk, **dict(zip(FOLDED_CITATION_COLUMNS, row, strict=True)))
         for row in rows
     ]
-    scope = _json(getattr(memory, "code_branch_json", None))
+    scope = json_value(getattr(memory, "code_branch_json", None))
     return sorted(cited, key=lambda c: c.id), (tuple(scope) if scope else None)
