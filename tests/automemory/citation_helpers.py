@@ -39,6 +39,7 @@ class GitCalls:
     """The real git, each run logged (its arguments) before it runs."""
 
     def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
         self.log = folder / "git-calls.log"
         self.binary = folder / "git-logging"
         self.binary.write_text(f'#!/bin/sh\necho "$*" >> "{self.log}"\nexec "{GIT}" "$@"\n')

@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from automemory.models import MemoryCitation
 from automemory.services.citations.gate import CodeView
+from controlplane.models import IdentityMemory
 from tests.automemory.citation_helpers import GitCalls, cited_memory, code_view, injected
 from tests.automemory.conftest import CLIENT_PY
 
@@ -123,10 +124,28 @@ def test_an_unreadable_repository_leaves_citations_unchecked_and_says_so(
     assert MemoryCitation.objects.get().state == "fresh"  # what the last check found stays
 
 
+def _moved_injection(task, project, remote, settings, tmp_path, header: str):
+    """A commit moving every cited line, then one injection: its statements and git runs."""
+    remote.commit({"api/client.py": header + CLIENT_PY, "README.md": header})
+    view = code_view(project, remote)
+    counting = GitCalls(tmp_path)
+    settings.WORKER_GIT_BINARY = str(counting.binary)
+    with CaptureQueriesContext(connection) as queries:
+        prompt = injected(task, view)
+    settings.WORKER_GIT_BINARY = "git"
+    return len(queries), counting, prompt, view
+
+
 def test_an_injection_runs_at_most_two_git_processes_and_its_statements_stay_flat(
     task, code_project, alice, code_remote, settings, tmp_path
 ):
-    for i in range(8):
+    for i in range(1, 8):
+        cited_memory(code_project, alice, f"Uncited fact {i}.")
+    cited_memory(code_project, alice, "step_1 returns 1.", ("api/client.py", 1, 2))
+    one, _, _, _ = _moved_injection(
+        task, code_project, code_remote, settings, tmp_path / "one", "# a\n"
+    )
+    for i in range(1, 8):
         cited_memory(
             code_project,
             alice,
@@ -134,28 +153,23 @@ def test_an_injection_runs_at_most_two_git_processes_and_its_statements_stay_fla
             ("api/client.py", 2 * i + 1, 2 * i + 2),
             ("docs/how to deploy.md", 3, 3),
         )
-    code_remote.commit({"api/client.py": "# header\n" + CLIENT_PY, "README.md": "x\n"})
-    view = code_view(code_project, code_remote)
-    counting = GitCalls(tmp_path)
-    settings.WORKER_GIT_BINARY = str(counting.binary)
+    IdentityMemory.objects.filter(content__startswith="Uncited").delete()
 
-    with CaptureQueriesContext(connection) as many:
-        prompt = injected(task, view)
+    many, counting, prompt, view = _moved_injection(
+        task, code_project, code_remote, settings, tmp_path / "many", "# a\n# b\n"
+    )
+
+    assert many == one, (one, many)  # 5 cited memories injected cost what 1 did
     calls = counting.calls()
-
     assert len(calls) <= 2, calls
     assert any("diff --name-only" in call for call in calls)
     assert any("cat-file --batch" in call for call in calls)
     assert prompt.count("Cites: api/client.py:") == 5  # the project's injection limit
-    # The same injection with one cited memory costs the same statements.
-    MemoryCitation.objects.exclude(memory__content__startswith="step_1 ").delete()
-    with CaptureQueriesContext(connection) as one:
-        injected(task, view)
-    assert len(one) <= len(many), (len(one), len(many))
+    # The same base again: the diff is cached and what was found is saved: no git at all.
     counting.reset()
+    settings.WORKER_GIT_BINARY = str(counting.binary)
     injected(task, view)
-    # The diff of this commit pair is cached: the second injection runs no diff.
-    assert not any("diff --name-only" in call for call in counting.calls())
+    assert counting.calls() == []
 
 
 def test_memory_search_shows_checked_citations_and_leaves_stale_memories_out(
