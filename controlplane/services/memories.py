@@ -151,7 +151,7 @@ def memory_citations_set(*, user, memory: IdentityMemory, citations: list[dict])
     against its project's code before anything is written. The caller has checked the user
     may change the memory."""
     prepared = None
-    if citations or memory.project_id is None:
+    if citations:
         prepared = citations_prepare(project=memory.project, citations=citations)
     with transaction.atomic():
         memory = memory_locked(memory)
