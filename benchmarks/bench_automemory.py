@@ -123,7 +123,7 @@ class Fixture:
         from django.utils import timezone
 
         from automemory.models import AutoMemoryLog, SweepState
-        from automemory.services.extraction.goals import goal_key
+        from automemory.services.text import goal_key
         from controlplane.models import IdentityMemory
 
         now = timezone.now()
@@ -289,7 +289,7 @@ class UserSweepFixture:
         from django.utils import timezone
 
         from automemory.models import AutoMemoryLog
-        from automemory.services.extraction.goals import goal_key
+        from automemory.services.text import goal_key
         from controlplane.models import IdentityMemory, Task
 
         add = size - self.history

@@ -1,4 +1,4 @@
-"""Benchmark: stored codex sessions, stored after every turn and restored on another host.
+"""Benchmark: codex session records, written after every turn and restored on another host.
 
 Two parts, on the database named (a throwaway SQLite file, or a throwaway PostgreSQL
 database) and, with --s3, in a real S3-compatible server (moto's server mode) on 127.0.0.1:
@@ -40,23 +40,23 @@ REPEATS = 5
 
 
 class Timed:
-    """Wraps SessionKeeper.store/restore to record (operation, turn, seconds, outcome)."""
+    """Wraps SessionStore.store/restore to record (operation, turn, seconds, outcome)."""
 
     def __init__(self):
         from worker.codex import session_store
 
         self.rows: list[tuple[str, int, float, str]] = []
-        keeper = session_store.SessionKeeper
+        store_class = session_store.SessionStore
         for operation in ("store", "restore"):
-            real = getattr(keeper, operation)
+            real = getattr(store_class, operation)
 
             def timed(this, *, thread_id, home, _real=real, _op=operation):
                 started = time.perf_counter()
                 outcome = _real(this, thread_id=thread_id, home=home)
-                self.rows.append((_op, this.turn, time.perf_counter() - started, outcome))
+                self.rows.append((_op, this.holder.turn, time.perf_counter() - started, outcome))
                 return outcome
 
-            setattr(keeper, operation, timed)
+            setattr(store_class, operation, timed)
 
     def seconds(self, operation: str, turn: int) -> float | None:
         for op, at, seconds, _ in self.rows:
@@ -203,7 +203,8 @@ def synthetic(*, work: Path) -> None:
     from django.contrib.auth import get_user_model
 
     from controlplane.models import Membership, Project, Role, Task, TaskStatus
-    from worker.codex.session_store import SessionKeeper
+    from worker.codex.session_store import SessionStore
+    from worker.executors.base import RunHolder
     from worker.models import CodexSession
 
     user = get_user_model().objects.create_user(
@@ -214,7 +215,7 @@ def synthetic(*, work: Path) -> None:
     task = Task.objects.create(
         project=project, user=user, prompt="x", status=TaskStatus.RUNNING, worker_id="bench"
     )
-    keeper = SessionKeeper(task_id=task.pk, worker_id="bench", turn=1)
+    store = SessionStore(RunHolder(task_id=task.pk, worker_id="bench", turn=1))
     print(f"  {'files MB':>8} {'stored MB':>10} {'ratio':>6} {'store ms':>9} {'restore ms':>11}")
     for megabytes in SYNTHETIC_MB:
         home = work / f"synthetic-{megabytes}"
@@ -225,12 +226,12 @@ def synthetic(*, work: Path) -> None:
         for _ in range(REPEATS):
             CodexSession.objects.filter(thread_id=THREAD).delete()
             started = time.perf_counter()
-            keeper.store(thread_id=THREAD, home=home)
+            store.store(thread_id=THREAD, home=home)
             stores.append(time.perf_counter() - started)
             target = work / "restore-target"
             shutil.rmtree(target, ignore_errors=True)
             started = time.perf_counter()
-            outcome = keeper.restore(thread_id=THREAD, home=target)
+            outcome = store.restore(thread_id=THREAD, home=target)
             restores.append(time.perf_counter() - started)
             assert outcome == "restored", outcome
         record = CodexSession.objects.get(thread_id=THREAD)

@@ -173,7 +173,7 @@ class Fixture:
         from django.utils import timezone
 
         from automemory.models import AutoMemoryLog
-        from automemory.services.extraction.goals import goal_key
+        from automemory.services.text import goal_key
         from controlplane.models import IdentityMemory, MemorySourceTask, Task
 
         missing = total - self.memories

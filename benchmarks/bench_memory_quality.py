@@ -117,10 +117,10 @@ def model_endpoint(args):
 
 
 def run_set(transcripts: list[Transcript], *, set_name: str, model: str | None) -> list[Result]:
-    from automemory.services.extraction import model as extraction_model
+    from automemory.services.extraction import drafting as extraction_drafting
 
     drafts = []
-    real_answer_draft = extraction_model.answer_draft
+    real_answer_draft = extraction_drafting.answer_draft
 
     def observed(answer, **kwargs):
         draft = real_answer_draft(answer, **kwargs)
@@ -128,12 +128,12 @@ def run_set(transcripts: list[Transcript], *, set_name: str, model: str | None) 
         return draft
 
     # Observe the model's drafts (their kind is not stored); nothing else changes.
-    extraction_model.answer_draft = observed
+    extraction_drafting.answer_draft = observed
     try:
         prefix = f"{set_name}-{'model' if model else 'det'}"
         return [run_one(t, prefix=prefix, model=model, drafts=drafts) for t in transcripts]
     finally:
-        extraction_model.answer_draft = real_answer_draft
+        extraction_drafting.answer_draft = real_answer_draft
 
 
 def run_one(t: Transcript, *, prefix: str, model: str | None, drafts: list) -> Result:

@@ -198,7 +198,7 @@ class Fixture:
         from django.utils import timezone
 
         from automemory.models import AutoMemoryLog, SweepState
-        from automemory.services.extraction.goals import goal_key
+        from automemory.services.text import goal_key
         from controlplane.models import IdentityMemory, UsageRecord
 
         now = timezone.now()

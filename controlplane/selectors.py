@@ -2,7 +2,8 @@
 
 import json
 
-from django.db.models import Count, F, JSONField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import Count, F, JSONField, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce, Left, NullIf
 
 from controlplane.access import project_memories_visible_to, projects_visible_to, tasks_visible_to
 from controlplane.models import (
@@ -41,9 +42,33 @@ def membership_list(*, project: Project) -> QuerySet[Membership]:
     return Membership.objects.filter(project=project).select_related("user").order_by("id")
 
 
+# How much of a task's goal (or prompt) a list reads to make its one-line title.
+TITLE_SOURCE_CHARS = 2000
+# What a task list leaves unread: the long texts (a list shows a title, not them).
+TASK_LIST_DEFERRED = (
+    "prompt",
+    "goal",
+    "continuation_prompt",
+    "result_text",
+    "failure_reason",
+    "changed_files",
+    "injected_memory_ids",
+)
+
+
 def task_list(*, user, project: Project, status: str | None = None) -> QuerySet[Task]:
-    """Tasks of one project, newest first, optionally with one status."""
-    tasks = tasks_visible_to(user).filter(project=project).select_related("user")
+    """Tasks of one project, newest first, optionally with one status; each with
+    `title_source`, the head of its goal (or, without one, its prompt), and without its long
+    texts, which a list does not show."""
+    tasks = (
+        tasks_visible_to(user)
+        .filter(project=project)
+        .select_related("user")
+        .defer(*TASK_LIST_DEFERRED)
+        .annotate(
+            title_source=Left(Coalesce(NullIf("goal", Value("")), "prompt"), TITLE_SOURCE_CHARS)
+        )
+    )
     if status:
         tasks = tasks.filter(status=status)
     return tasks.order_by("-id")

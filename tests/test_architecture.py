@@ -1,11 +1,13 @@
-"""The shape of the code, read from its own imports: layers, no import circles, leaf modules,
-and modules that stay one job long.
+"""The shape of the code, read from its own imports: layers, no import circles, the named
+host modules auto memory reaches, leaf modules, and modules that stay one job long.
 
 Every `import` statement of the three apps counts, at module level or inside a function (a
-lazy import is still a dependency). Migrations are left out: they are history, not design.
+lazy import is still a dependency), and so does a dotted module path in a string (an
+`include()`, an `import_module()`). Migrations are left out: they are history, not design.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,42 @@ MAY_IMPORT = {
     "automemory": {"automemory", "controlplane"},
     "worker": {"worker", "automemory", "controlplane"},
 }
+# The host modules auto memory reaches, and only these (docs/architecture.md, "How auto
+# memory reaches the host"): what it stores (the host's models), who may see and do what,
+# the host's services it calls, the API's shared pieces and a few leaf helpers.
+AUTOMEMORY_HOST_MODULES = {
+    "controlplane.models",
+    "controlplane.access",
+    "controlplane.errors",
+    "controlplane.limits",
+    "controlplane.selectors",
+    "controlplane.services.audit",
+    "controlplane.services.demo",
+    "controlplane.services.instructions",
+    "controlplane.services.memories",
+    "controlplane.services.memory_citations",
+    "controlplane.services.mirrors",
+    "controlplane.services.quota",
+    "controlplane.services.task_keys",
+    "controlplane.services.tasks",
+    "controlplane.services.usage",
+    "controlplane.api.common",
+    "controlplane.api.pagination",
+    "controlplane.api.serializers",
+    "controlplane.api.throttling",
+    "controlplane.addrport",
+    "controlplane.credentials",
+    "controlplane.git",
+    "controlplane.repository_urls",
+    "controlplane.months",
+    "controlplane.pricing",
+    "controlplane.rawsql",
+    "controlplane.textnorm",
+}
+# Where the host may name an app above it by a dotted string (an import all the same): the
+# root URL configuration includes auto memory's URLs and names the console's error views.
+DOTTED_NAMES_ALLOWED_IN = {"controlplane.urls"}
+ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 # Ground-floor modules: they import nothing of this project above them.
 LEAVES = {
     "automemory.metrics": set(),
@@ -62,7 +100,10 @@ def _imports(path: Path, module: str, known: set[str]) -> set[str]:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                for alias in node.names
+            ]
         else:
             continue
         for name in names:
@@ -128,3 +169,68 @@ def test_no_service_module_outgrows_one_job():
         if (lines := len(path.read_text().splitlines())) > MAX_SERVICE_LINES
     }
     assert big == {}
+
+
+def _host_modules_imported_by_automemory(graph) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module.split(".")[0] == "automemory":
+            for target in targets:
+                if target.split(".")[0] == "controlplane":
+                    found.setdefault(target, set()).add(module)
+    return found
+
+
+def test_automemory_reaches_the_host_only_through_its_named_modules(graph):
+    imported = _host_modules_imported_by_automemory(graph)
+    unnamed = {
+        target: sorted(modules)
+        for target, modules in imported.items()
+        if target not in AUTOMEMORY_HOST_MODULES
+    }
+    assert unnamed == {}, "add it to AUTOMEMORY_HOST_MODULES and docs/architecture.md, or not"
+
+
+def test_every_named_host_module_is_still_used_by_automemory(graph):
+    unused = AUTOMEMORY_HOST_MODULES - set(_host_modules_imported_by_automemory(graph))
+    assert unused == set()
+
+
+def test_the_architecture_doc_lists_the_same_host_modules():
+    text = ARCHITECTURE_DOC.read_text()
+    section = text.split("## How auto memory reaches the host", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(controlplane(?:\.\w+)+)`", section))
+    assert listed == AUTOMEMORY_HOST_MODULES
+
+
+@pytest.mark.parametrize(
+    ("app", "never"), [("controlplane", ("automemory", "worker")), ("automemory", ("worker",))]
+)
+def test_a_lower_app_never_imports_a_higher_one(graph, app, never):
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.split(".")[0] == app
+        for target in targets
+        if target.split(".")[0] in never
+    )
+    assert upward == []
+
+
+@pytest.mark.parametrize(
+    ("app", "never"), [("controlplane", ("automemory", "worker")), ("automemory", ("worker",))]
+)
+def test_a_lower_app_names_no_module_of_a_higher_one_by_string(app, never):
+    """`import_module("worker.x")`, `include("automemory.api.urls")`, a dotted path in a
+    setting: an import all the same. Only the root URL configuration may name auto memory's
+    URLs and views."""
+    dotted = re.compile(rf"^(?:{'|'.join(never)})\.[A-Za-z_][\w.]*(?::\w+)?$")
+    found = []
+    for module, path in _source_files().items():
+        if module.split(".")[0] != app or module in DOTTED_NAMES_ALLOWED_IN:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and dotted.match(text):
+                found.append(f"{module}:{node.lineno} {text}")
+    assert found == []

@@ -11,11 +11,10 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.checks import Tags, Warning, register
 
-from controlplane.pricing import PriceTable
-
 
 @register()
 def worker_settings_check(app_configs=None, **kwargs) -> list[Warning]:
+    from worker.codex.checks import codex_settings_problems
     from worker.executors import EXECUTORS
 
     problems = []
@@ -39,7 +38,7 @@ def worker_settings_check(app_configs=None, **kwargs) -> list[Warning]:
                     "WORKER_EXECUTOR is 'command' but WORKER_COMMAND is empty.", id="worker.W002"
                 )
             )
-    problems += _codex_settings_problems()
+    problems += codex_settings_problems()
     if settings.WORKER_STALE_AFTER_SECONDS <= 2 * settings.WORKER_HEARTBEAT_SECONDS:
         problems.append(
             Warning(
@@ -60,26 +59,6 @@ def worker_settings_check(app_configs=None, **kwargs) -> list[Warning]:
                 id="worker.W006",
             )
         )
-    return problems
-
-
-def _codex_settings_problems() -> list[Warning]:
-    from worker.codex.usage import RESUME_USAGE_MODES
-
-    problems = []
-    mode = settings.WORKER_CODEX_RESUME_USAGE
-    if mode not in RESUME_USAGE_MODES:
-        problems.append(
-            Warning(
-                f"WORKER_CODEX_RESUME_USAGE {mode!r} is not one of "
-                f"{', '.join(RESUME_USAGE_MODES)}; resumed codex turns are read as auto.",
-                id="worker.W004",
-            )
-        )
-    table = PriceTable(settings.WORKER_CODEX_PRICES, name="WORKER_CODEX_PRICES")
-    problems.extend(
-        Warning(problem, id="worker.W005") for problem in table.problems(require_default=False)
-    )
     return problems
 
 

@@ -20,7 +20,7 @@ class WorkerProcess(models.Model):
         max_length=64,
         blank=True,
         default="",
-        db_default="",  # workers of the previous release insert rows without it
+        db_default="",  # an insert that leaves the column out (a worker without it) gets ""
         help_text="SHA-256 of the code it started with (worker/code_signature.py).",
     )
 
@@ -86,9 +86,11 @@ class SessionStorage(models.TextChoices):
 
 
 class CodexSession(models.Model):
-    """A stored codex session: one agent thread's files, kept centrally after every turn.
+    """A codex thread's session record: its session files, kept centrally after every turn.
 
-    The session (rollout) files the CLI wrote for the thread, as one gzip-compressed tar (see
+    Written and read only by the session store (`worker.codex.session_store`); the model is
+    here because Django finds an app's models in its `models` module. The session (rollout)
+    files the CLI wrote for the thread, as one gzip-compressed tar (the session archive, see
     `worker.codex.session_files`), held in `data` or in object storage under
     `object_name`. Any worker that resumes the thread restores it into its own `CODEX_HOME`.
     `sha256` and `size` describe the thread's latest files, also when they could not be held

@@ -16,7 +16,7 @@ from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from automemory import selectors
-from automemory.console.memory_forms import (
+from automemory.console.forms import (
     MemoryContentForm,
     MemoryEditForm,
     MyMemoryFilterForm,

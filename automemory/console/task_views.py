@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from automemory import selectors
 from automemory.console.explanations import reason_explanation
-from automemory.console.memory_forms import TaskFlagsForm, flag_choice
+from automemory.console.forms import TaskFlagsForm, flag_choice
 from automemory.console.views import access_get
 from automemory.services.preferences import effective_switch, flags_get, flags_set, settings_get
 from controlplane.access import CREATE_TASK, READ, project_role, role_allows, task_get_for

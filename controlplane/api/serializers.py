@@ -146,8 +146,8 @@ class TaskSummaryOutput(serializers.ModelSerializer):
     """A task in a list: everything but the long texts, plus a one-line title."""
 
     user = serializers.CharField(source="user.username", read_only=True)
-    title = serializers.SerializerMethodField(
-        help_text="First line of the goal (or the prompt), at most 200 characters."
+    title = serializers.CharField(
+        read_only=True, help_text="First line of the goal (or the prompt), at most 200 characters."
     )
     cost_usd = serializers.DecimalField(
         max_digits=14, decimal_places=6, coerce_to_string=False, read_only=True
@@ -171,10 +171,6 @@ class TaskSummaryOutput(serializers.ModelSerializer):
             "finished_at",
             "updated_at",
         ]
-
-    def get_title(self, task: Task) -> str:
-        text = (task.goal or task.prompt or "").strip()
-        return text.splitlines()[0][:200] if text else ""
 
 
 class ChangedFileOutput(serializers.Serializer):

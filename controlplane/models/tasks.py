@@ -20,6 +20,9 @@ class TaskStatus(models.TextChoices):
     MERGED = "merged", "Merged"
 
 
+# A task's title (the first line of its goal or prompt) is cut to this many characters.
+TITLE_CHARS = 200
+
 TERMINAL_STATUSES = frozenset(
     {TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.INTERRUPTED, TaskStatus.MERGED}
 )
@@ -149,6 +152,17 @@ class Task(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def title(self) -> str:
+        """The first line of the goal (or, without one, the prompt), at most 200 characters.
+        A list's rows carry the head of that text as `title_source` and leave the texts
+        unread (`selectors.task_list`)."""
+        text = getattr(self, "title_source", None)
+        if text is None:
+            text = self.goal or self.prompt or ""
+        text = text.strip()
+        return text.splitlines()[0][:TITLE_CHARS] if text else ""
 
 
 class TaskFollowup(models.Model):

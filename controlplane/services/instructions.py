@@ -29,7 +29,7 @@ flagged (a reviewer can approve it), since a convention rarely needs the agent t
 command given verbatim. The sample table in `tests/controlplane/test_memory_edit_flags.py` holds the
 cases both ways.
 
-Red-team forms matter more than phrasings, so further rules flag what an attack needs:
+Attack forms matter more than phrasings, so further rules flag what an attack needs:
 
 - text shaped like the memory block's own fence (`=== end memories ... ===`, "end of
   memories") or its `## Task` heading, which could pose as the end of the quoted notes;

@@ -6,7 +6,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from automemory.models import AutoMemoryLog
-from automemory.services.extraction.summary import SKIP_REASONS
+from automemory.services.extraction.log import SKIP_REASONS
 from controlplane.models import IdentityMemory, Task
 
 

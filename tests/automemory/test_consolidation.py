@@ -18,10 +18,10 @@ from automemory.services.extraction.consolidation import (
     consolidation_candidates,
     decision_parse,
 )
-from automemory.services.extraction.goals import goal_key
-from automemory.services.extraction.summary import EXTRACTION_REASONS
+from automemory.services.extraction.log import EXTRACTION_REASONS
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.extraction.writing import Action, Decision, memory_decision_apply
+from automemory.services.text import goal_key
 from controlplane.models import (
     IdentityMemory,
     MemorySource,

@@ -278,7 +278,7 @@ def test_a_tool_report_note_never_keeps_the_start_of_a_secret_cut_at_its_limit(
 @pytest.mark.parametrize(
     ("note_max", "note"),
     [
-        (500, " " * 1977 + LONG_KEY),  # the red team's note, as the API receives it
+        (500, " " * 1977 + LONG_KEY),  # the attack's note, as the API receives it
         (500, "see" + " " * 1961 + LONG_KEY),  # the longest note the API takes
         (100, "see" + " " * 374 + LONG_KEY),  # a shorter limit cuts closer
         (100, "see" + " " * 374 + STRIPE_KEY + " then more words"),

@@ -377,6 +377,24 @@ def test_a_task_whose_injected_memories_are_gone_unrecorded_is_not_extracted(
     assert_nothing_private(everything_bob_can_read(api_client_for, bob, project))
 
 
+def test_a_task_whose_injected_memories_cannot_be_checked_costs_no_model_call(
+    project, alice, auto_memory_on, task_factory, fake_openai
+):
+    auto_memory_on(
+        alice, extract_model="gpt-5-mini", consolidation_model="gpt-5-mini", **OPEN_GATES
+    )
+    gone = memory(user=alice, content=PAGER)
+    task = task_factory(project, alice, completed=True, result_text=f"Result for: {PAGER}\n{WORK}")
+    Task.objects.filter(pk=task.pk).update(injected_memory_ids=[gone.pk])
+    gone.delete()
+
+    summary = process_auto_memories(user=alice)
+
+    assert "gone" in skipped_private(task).detail
+    assert summary.model_calls == 0
+    assert fake_openai.completion_requests == []
+
+
 def test_many_echoes_on_one_long_line_are_each_removed(alice):
     fingerprint = memory_fingerprint(memory(user=alice, content=PAGER))
     text = f"{PAGER} -- ok; " * 5000

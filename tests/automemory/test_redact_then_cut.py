@@ -1,5 +1,5 @@
 """Redact first, cut after: a text cut short for storage or display never keeps the first
-characters of a secret its cut split (the red team's form: spaces, then a Stripe live key
+characters of a secret its cut split (the attack's form: spaces, then a Stripe live key
 placed so that a cut before redaction kept `sk_live_` and 15 characters, which no rule
 takes for a key)."""
 
@@ -12,7 +12,8 @@ import pytest
 from automemory.models import AutoMemoryLog
 from automemory.services.extraction.consolidation import decision_parse
 from automemory.services.extraction.deterministic import memory_content
-from automemory.services.extraction.model import answer_draft, task_document
+from automemory.services.extraction.drafting import answer_draft
+from automemory.services.extraction.model import task_document
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.redactor import (
     REDACTED,
@@ -23,7 +24,7 @@ from automemory.services.redactor import (
 from automemory.services.text import cut, keywords_clean, memory_text_clean
 from controlplane.models import TaskEvent
 
-KEY = "sk_live_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4"  # 36 characters, as the red team's
+KEY = "sk_live_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4"  # 36 characters, as the attack's
 PREFIX = KEY[:8]  # any kept prefix of 8 or more characters holds this
 
 
@@ -36,7 +37,7 @@ def no_key(text) -> bool:
     return PREFIX not in str(text)
 
 
-def test_the_red_team_form_is_a_key_the_redactor_catches_and_its_cut_one_is_not():
+def test_the_attack_form_is_a_key_the_redactor_catches_and_its_cut_one_is_not():
     assert redact(KEY) == REDACTED
     assert redact(spaced(2000)[:2000]).strip() == KEY[:23]  # what cutting first kept
 

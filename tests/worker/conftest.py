@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.utils import timezone
 
-from automemory.services.extraction.summary import SweepSummary
+from automemory.services.extraction.log import SweepSummary
 from automemory.services.injector import InjectionResult
 from controlplane.models import Membership, Project, Role, Task
 from worker.executors import ExecutionResult

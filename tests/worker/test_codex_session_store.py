@@ -19,12 +19,13 @@ from tests.worker.test_codex_session_files import OTHER, THREAD, write_rollout
 from worker.codex import session_store
 from worker.codex.session_files import session_archive_build
 from worker.codex.session_store import (
-    SessionKeeper,
-    StoredSessionError,
-    codex_session_restore,
-    codex_session_store,
-    codex_sessions_prune,
+    SessionRecordError,
+    SessionStore,
+    session_record_restore,
+    session_record_write,
+    session_records_prune,
 )
+from worker.executors.base import RunHolder
 from worker.models import CodexSession
 
 # --- Storing under the task's holder -------------------------------------------------------
@@ -46,11 +47,11 @@ def archive_of(tmp_path, text='{"type":"session_meta"}\n'):
 
 def test_the_holder_stores_and_a_later_turn_replaces_the_stored_session(running_task, tmp_path):
     first = archive_of(tmp_path / "1")
-    assert codex_session_store(task_id=running_task.pk, worker_id="w1", turn=1, archive=first) == (
+    assert session_record_write(task_id=running_task.pk, worker_id="w1", turn=1, archive=first) == (
         "stored"
     )
     second = archive_of(tmp_path / "2", text="turn 1\nturn 2\n")
-    codex_session_store(task_id=running_task.pk, worker_id="w1", turn=2, archive=second)
+    session_record_write(task_id=running_task.pk, worker_id="w1", turn=2, archive=second)
 
     stored = CodexSession.objects.get(thread_id=THREAD)
     assert (stored.task_id, stored.turn, stored.sha256, stored.size) == (
@@ -70,13 +71,13 @@ def test_the_holder_stores_and_a_later_turn_replaces_the_stored_session(running_
 @pytest.mark.parametrize("holder", [("w2", TaskStatus.RUNNING), ("w1", TaskStatus.COMPLETED)])
 def test_a_worker_that_no_longer_holds_the_task_stores_nothing(running_task, tmp_path, holder):
     """Its run was discarded: the new holder's stored must not be overwritten by it."""
-    codex_session_store(
+    session_record_write(
         task_id=running_task.pk, worker_id="w1", turn=1, archive=archive_of(tmp_path / "1")
     )
     running_task.worker_id, running_task.status = holder
     running_task.save()
 
-    outcome = codex_session_store(
+    outcome = session_record_write(
         task_id=running_task.pk, worker_id="w1", turn=2, archive=archive_of(tmp_path / "2", "x\n")
     )
 
@@ -99,27 +100,27 @@ def test_the_database_refuses_a_session_held_nowhere(running_task):
 
 def test_restore_outcomes(running_task, tmp_path):
     home = tmp_path / "home"
-    assert codex_session_restore(thread_id=THREAD, home=home) == "absent"
+    assert session_record_restore(thread_id=THREAD, home=home) == "absent"
     write_rollout(home)
-    assert codex_session_restore(thread_id=THREAD, home=home) == "local_only"
+    assert session_record_restore(thread_id=THREAD, home=home) == "local_only"
     archive = session_archive_build(thread_id=THREAD, home=home)
-    codex_session_store(task_id=running_task.pk, worker_id="w1", turn=1, archive=archive)
-    assert codex_session_restore(thread_id=THREAD, home=home) == "current"
+    session_record_write(task_id=running_task.pk, worker_id="w1", turn=1, archive=archive)
+    assert session_record_restore(thread_id=THREAD, home=home) == "current"
     write_rollout(home, text="a diverged local copy\n")
-    assert codex_session_restore(thread_id=THREAD, home=home) == "restored"
+    assert session_record_restore(thread_id=THREAD, home=home) == "restored"
     assert session_archive_build(thread_id=THREAD, home=home).sha256 == archive.sha256
-    assert codex_session_restore(thread_id=THREAD, home=tmp_path / "fresh") == "restored"
+    assert session_record_restore(thread_id=THREAD, home=tmp_path / "fresh") == "restored"
 
 
 def test_a_stored_session_whose_row_lost_its_bytes_is_refused(running_task, tmp_path):
-    codex_session_store(
+    session_record_write(
         task_id=running_task.pk, worker_id="w1", turn=1, archive=archive_of(tmp_path / "a")
     )
     CodexSession.objects.update(
         stored_size=None, data=None, error="object storage failed: EndpointConnectionError: x"
     )
-    with pytest.raises(StoredSessionError, match="is not held: object storage failed"):
-        codex_session_restore(thread_id=THREAD, home=tmp_path / "b")
+    with pytest.raises(SessionRecordError, match="is not held: object storage failed"):
+        session_record_restore(thread_id=THREAD, home=tmp_path / "b")
 
 
 # --- Object storage (a real S3-compatible server on 127.0.0.1) ------------------------------
@@ -134,9 +135,9 @@ def test_sessions_in_object_storage_replace_their_object_and_restore(
     session_bucket, running_task, tmp_path
 ):
     first, second = archive_of(tmp_path / "1"), archive_of(tmp_path / "2", "turn 2\n")
-    codex_session_store(task_id=running_task.pk, worker_id="w1", turn=1, archive=first)
+    session_record_write(task_id=running_task.pk, worker_id="w1", turn=1, archive=first)
     assert bucket_keys(session_bucket) == [f"codex/{THREAD}/{first.sha256}.tar.gz"]
-    codex_session_store(task_id=running_task.pk, worker_id="w1", turn=2, archive=second)
+    session_record_write(task_id=running_task.pk, worker_id="w1", turn=2, archive=second)
 
     stored = CodexSession.objects.get(thread_id=THREAD)
     assert bucket_keys(session_bucket) == [f"codex/{stored.object_name}"]
@@ -145,7 +146,7 @@ def test_sessions_in_object_storage_replace_their_object_and_restore(
         None,
         f"{THREAD}/{second.sha256}.tar.gz",
     )
-    assert codex_session_restore(thread_id=THREAD, home=tmp_path / "b") == "restored"
+    assert session_record_restore(thread_id=THREAD, home=tmp_path / "b") == "restored"
     assert session_archive_build(thread_id=THREAD, home=tmp_path / "b").tar == second.tar
 
 
@@ -153,11 +154,11 @@ def test_a_worker_that_lost_its_task_leaves_no_object_behind(
     session_bucket, running_task, tmp_path
 ):
     first = archive_of(tmp_path / "1")
-    codex_session_store(task_id=running_task.pk, worker_id="w1", turn=1, archive=first)
+    session_record_write(task_id=running_task.pk, worker_id="w1", turn=1, archive=first)
     running_task.worker_id = "w2"
     running_task.save()
 
-    codex_session_store(
+    session_record_write(
         task_id=running_task.pk, worker_id="w1", turn=2, archive=archive_of(tmp_path / "2", "x\n")
     )
 
@@ -172,7 +173,7 @@ def test_an_unreachable_object_storage_is_recorded_as_the_reason(
     archive = archive_of(tmp_path)
 
     assert (
-        codex_session_store(task_id=running_task.pk, worker_id="w1", turn=1, archive=archive)
+        session_record_write(task_id=running_task.pk, worker_id="w1", turn=1, archive=archive)
         == "not_held"
     )
 
@@ -180,15 +181,15 @@ def test_an_unreachable_object_storage_is_recorded_as_the_reason(
     assert (stored.sha256, stored.stored_size, stored.object_name) == (archive.sha256, None, "")
     assert stored.error.startswith("object storage failed: ")
     # its own host goes on (its copy is the latest state); any other says why it cannot
-    assert codex_session_restore(thread_id=THREAD, home=tmp_path) == "current"
-    with pytest.raises(StoredSessionError, match="is not held: object storage failed"):
-        codex_session_restore(thread_id=THREAD, home=tmp_path / "elsewhere")
+    assert session_record_restore(thread_id=THREAD, home=tmp_path) == "current"
+    with pytest.raises(SessionRecordError, match="is not held: object storage failed"):
+        session_record_restore(thread_id=THREAD, home=tmp_path / "elsewhere")
 
 
 def test_prune_deletes_idle_sessions_and_objects_no_row_names(
     session_bucket, running_task, project, task_factory, tmp_path, capsys
 ):
-    codex_session_store(
+    session_record_write(
         task_id=running_task.pk, worker_id="w1", turn=1, archive=archive_of(tmp_path / "1")
     )
     session_bucket.client.put_object(
@@ -196,26 +197,26 @@ def test_prune_deletes_idle_sessions_and_objects_no_row_names(
     )
     later = timezone.now() + timedelta(hours=2)
 
-    dry = codex_sessions_prune(dry_run=True, now=later)
-    assert (dry.sessions_deleted, dry.objects_deleted) == (0, 1)
+    dry = session_records_prune(dry_run=True, now=later)
+    assert (dry.records_deleted, dry.objects_deleted) == (0, 1)
     assert len(bucket_keys(session_bucket)) == 2
     # the orphan is younger than an hour: a store may be about to name it
-    assert codex_sessions_prune().objects_deleted == 0
+    assert session_records_prune().objects_deleted == 0
 
-    report = codex_sessions_prune(now=later)
-    assert (report.sessions_deleted, report.objects_deleted) == (0, 1)
+    report = session_records_prune(now=later)
+    assert (report.records_deleted, report.objects_deleted) == (0, 1)
     assert bucket_keys(session_bucket) == [f"codex/{CodexSession.objects.get().object_name}"]
 
     call_command("codex_sessions_prune", "--idle-days", "1")  # updated just now: kept
     assert CodexSession.objects.count() == 1
     CodexSession.objects.update(updated_at=timezone.now() - timedelta(days=2))
     call_command("codex_sessions_prune", "--idle-days", "1")
-    assert "deleted 1 sessions and 1 objects" in capsys.readouterr().out
+    assert "deleted 1 records and 1 objects" in capsys.readouterr().out
     assert (CodexSession.objects.count(), bucket_keys(session_bucket)) == (0, [])
 
 
 def test_a_deleted_task_takes_its_stored_session_with_it(running_task, tmp_path):
-    codex_session_store(
+    session_record_write(
         task_id=running_task.pk, worker_id="w1", turn=1, archive=archive_of(tmp_path)
     )
     running_task.delete()
@@ -249,13 +250,13 @@ def test_a_storage_setting_that_is_not_an_s3_url_stops_the_process(url):
         object_storage_settings(url)
 
 
-# --- The keeper: a database blip while storing -------------------------------------------------
+# --- One run's session store: a database blip while writing ----------------------------------
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_store_the_database_refused_is_retried(running_task, tmp_path, settings, monkeypatch):
     settings.WORKER_CODEX_SESSION_STORE_RETRY_SECONDS = 5
-    real, calls = session_store.codex_session_store, []
+    real, calls = session_store.session_record_write, []
 
     def refused_once(**kwargs):
         calls.append(kwargs["turn"])
@@ -263,11 +264,11 @@ def test_a_store_the_database_refused_is_retried(running_task, tmp_path, setting
             raise OperationalError("server closed the connection unexpectedly")
         return real(**kwargs)
 
-    monkeypatch.setattr(session_store, "codex_session_store", refused_once)
+    monkeypatch.setattr(session_store, "session_record_write", refused_once)
     write_rollout(tmp_path)
-    keeper = SessionKeeper(task_id=running_task.pk, worker_id="w1", turn=1)
+    store = SessionStore(RunHolder(task_id=running_task.pk, worker_id="w1", turn=1))
 
-    assert keeper.store(thread_id=THREAD, home=tmp_path) == "stored"
+    assert store.store(thread_id=THREAD, home=tmp_path) == "stored"
     assert calls == [1, 1]
     assert CodexSession.objects.get().turn == 1
 
@@ -281,18 +282,18 @@ def test_a_store_the_database_keeps_refusing_gives_up_without_raising(
     def refused(**kwargs):
         raise OperationalError("the database system is shutting down")
 
-    monkeypatch.setattr(session_store, "codex_session_store", refused)
+    monkeypatch.setattr(session_store, "session_record_write", refused)
     write_rollout(tmp_path)
-    keeper = SessionKeeper(task_id=running_task.pk, worker_id="w1", turn=1)
+    store = SessionStore(RunHolder(task_id=running_task.pk, worker_id="w1", turn=1))
 
-    assert keeper.store(thread_id=THREAD, home=tmp_path) is None
+    assert store.store(thread_id=THREAD, home=tmp_path) is None
     assert not CodexSession.objects.exists()
 
 
 def test_the_admin_lists_stored_sessions_without_their_bytes(
     running_task, tmp_path, client, django_user_model
 ):
-    codex_session_store(
+    session_record_write(
         task_id=running_task.pk, worker_id="w1", turn=1, archive=archive_of(tmp_path)
     )
     admin = django_user_model.objects.create_superuser("root", password="pw-for-tests")

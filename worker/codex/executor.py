@@ -8,9 +8,11 @@ continuing the same agent thread.
 
 The CLI runs in the task's room and sandbox (worker/sandbox.py) with a `CODEX_HOME` of the
 task's own (`home/.codex`): the worker's `config.toml` and `auth.json` copied in before each
-turn, the thread's session files restored into it (`ExecutionControl.sessions`), never
-another task's. Its event stream is read by `worker.codex.stream`, its usage by
-`worker.codex.usage`; the memory MCP server comes from `worker.codex.mcp_config`.
+turn, the thread's session files restored into it from its session record before a resume
+and the record written after the run (`worker.codex.session_store`, under the run's
+`ExecutionControl.holder`), never another task's. Its event stream is read by
+`worker.codex.stream`, its usage by `worker.codex.usage`; the memory MCP server comes from
+`worker.codex.mcp_config`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from django.conf import settings
 
 from worker.codex.mcp_config import memory_server_config
+from worker.codex.session_store import SessionStore
 from worker.codex.stream import CodexStream, stderr_reason
 from worker.codex.usage import SessionTotals, session_totals_read, turn_usage, usage_price
 from worker.executors.base import (
@@ -82,23 +85,23 @@ def task_codex_home(room: TaskRoom) -> Path:
     return home
 
 
-# Restore outcomes after which the local files are the stored session's state.
+# Restore outcomes after which the local files are the session record's state.
 STORED_STATES = ("current", "restored")
 
 
 def _session_behind_ledger(request: ExecutionRequest, before: SessionTotals | None) -> str:
-    """Why the thread's stored session may not be resumed: it counts fewer tokens than the
-    usage ledger billed for the thread, so a finished run's session was never stored (the
-    database was down after that run, say) and resuming would drop that run from the thread.
+    """Why the thread's session record may not be resumed: it counts fewer tokens than the
+    usage ledger billed for the thread, so a finished run's session record was never written
+    (the database was down after that run, say) and resuming would drop that run from the thread.
     "" if not.
     """
     billed = request.thread_usage
     if before is None or billed is None or before.total.covers(billed):
         return ""
     return (
-        f"codex thread {request.thread_id} cannot be resumed: its stored session "
+        f"codex thread {request.thread_id} cannot be resumed: its session record "
         f"counts {before.total}, less than the usage ledger billed for the thread ({billed}); "
-        "a run's session was not stored and resuming would lose it"
+        "a run's session record was not written and resuming would lose it"
     )
 
 
@@ -140,9 +143,10 @@ class CodexExecutor:
         timeout = settings.WORKER_CODEX_TIMEOUT_SECONDS
         resumes = self.resumes(request)
         restored = ""
-        if resumes and control.sessions is not None:
+        sessions = SessionStore(control.holder) if control.holder is not None else None
+        if resumes and sessions is not None:
             try:
-                restored = control.sessions.restore(thread_id=request.thread_id, home=home)
+                restored = sessions.restore(thread_id=request.thread_id, home=home)
             except Exception as exc:
                 return ExecutionResult.failed(
                     f"codex thread {request.thread_id} cannot be resumed: {exc}",
@@ -203,8 +207,8 @@ class CodexExecutor:
         thread_id = stream.thread_id or request.thread_id
         resumed = resumes and thread_id == request.thread_id
         after = session_totals_read(thread_id=thread_id, home=home) if thread_id else None
-        if thread_id and control.sessions is not None:
-            control.sessions.store(thread_id=thread_id, home=home)
+        if thread_id and sessions is not None:
+            sessions.store(thread_id=thread_id, home=home)
         decision = turn_usage(
             reported=stream.usage,
             resumed=resumed,
@@ -247,8 +251,8 @@ class CodexExecutor:
             detail = stream.failure_detail() or stderr_reason(stderr_text) or "no event, no stderr"
             if restored == "absent":
                 detail += (
-                    f" (no session of thread {request.thread_id} is stored, and none is in the"
-                    " task's CODEX_HOME on this worker)"
+                    f" (no session record of thread {request.thread_id} is stored, and none is"
+                    " in the task's CODEX_HOME on this worker)"
                 )
             return ExecutionResult.failed(f"codex exit status {returncode}: {detail}", **common)
         if stream.turn_failures:

@@ -6,7 +6,7 @@ any day folder and appends the new turn to the same file. An archive holds every
 one thread: an uncompressed tar of them (paths relative to `sessions/`, sorted, with fixed
 metadata, so the same files always give the same bytes and the same SHA-256), stored gzip-
 compressed. The checksum is taken over the tar, so it tells a current local copy apart from a
-stale one as well as a corrupt stored session from a good one.
+stale one as well as a corrupt session record from a good one.
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
-"""Stored codex sessions: a thread's session files kept centrally, so it resumes on any worker.
+"""The session store: a codex thread's session records, so the thread resumes on any worker.
 
-After every codex run the worker stores the thread's session files (an archive, see
-`worker.codex.session_files`) as the thread's one `CodexSession` row: the compressed
-bytes in the row itself (`WORKER_CODEX_SESSION_STORAGE=database`, the default) or in object
-storage (an `s3://` URL, through django-storages). Before a resume, a worker whose
-`CODEX_HOME` lacks the thread, or holds another state of it, restores the stored one.
+Words used here and in docs/codex.md, one meaning each:
 
-The stored session is the authority: a local copy is used as it is only when its checksum
-equals the stored one's (or when nothing was ever stored for the thread). A session is stored
+- a *session file* is one rollout file the CLI writes for a thread under a `CODEX_HOME`;
+- a *session archive* is all session files of a thread as one tar (`worker.codex.session_files`);
+- a *session record* is the thread's one `CodexSession` row: its latest archive (compressed,
+  in the row itself with `WORKER_CODEX_SESSION_STORAGE=database`, the default, or in object
+  storage under an `s3://` URL, through django-storages), or why the archive is not held;
+- the *session store* is this module: `session_record_write` after every codex run,
+  `session_record_restore` before a resume, `session_records_prune` for retention, and
+  `SessionStore`, the three bound to one run's holder, which the codex executor uses.
+
+The session record is the authority: a local copy is used as it is only when its checksum
+equals the record's (or when no record was ever written for the thread). A record is written
 only by the worker that still holds the task, in the transaction that checks it, so a worker
-whose task was taken over cannot overwrite the new holder's session with its discarded run.
-
-`SessionKeeper` is what the loop hands the executor (`ExecutionControl.sessions`); the
-`codex_sessions_prune` command deletes idle stored sessions.
+whose task was taken over cannot overwrite the new holder's record with its discarded run.
+The `codex_sessions_prune` command deletes idle session records.
 """
 
 from __future__ import annotations
@@ -25,12 +28,12 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.files.base import ContentFile
-from django.core.files.storage import storages
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.utils import timezone
 
 from controlplane.models import Task, TaskStatus
 from worker import metrics
+from worker.blob_storage import blob_storage_kind, object_storage
 from worker.codex.session_files import (
     SessionArchive,
     SessionArchiveError,
@@ -38,33 +41,20 @@ from worker.codex.session_files import (
     session_archive_extract,
     session_archive_open,
 )
+from worker.executors.base import RunHolder
 from worker.models import CodexSession, SessionStorage
 
 logger = logging.getLogger(__name__)
 
-# The entry of Django's STORAGES that holds stored sessions when they go to object storage
-# (settings.py fills it from an `s3://` WORKER_CODEX_SESSION_STORAGE).
-OBJECT_STORAGE_ALIAS = "codex_sessions"
-# Restore outcomes: the local copy is the stored session's state; the stored session was
-# written into CODEX_HOME; nothing stored, the local copy is used; nothing anywhere (the CLI
+# Restore outcomes: the local copy is the session record's state; the record's archive was
+# written into CODEX_HOME; no record, the local copy is used; nothing anywhere (the CLI
 # decides).
 RESTORE_OUTCOMES = ("current", "restored", "local_only", "absent")
 ORPHAN_GRACE = timedelta(hours=1)
 
 
-class StoredSessionError(Exception):
-    """The thread's stored session cannot be used to resume it; the message says why."""
-
-
-def session_storage_kind() -> str:
-    """Where new sessions are stored: `database` or `object` (WORKER_CODEX_SESSION_STORAGE)."""
-    if settings.WORKER_CODEX_SESSION_STORAGE == SessionStorage.DATABASE:
-        return SessionStorage.DATABASE
-    return SessionStorage.OBJECT
-
-
-def _object_storage():
-    return storages[OBJECT_STORAGE_ALIAS]
+class SessionRecordError(Exception):
+    """The thread's session record cannot be used to resume it; the message says why."""
 
 
 def _object_name(archive: SessionArchive) -> str:
@@ -72,10 +62,10 @@ def _object_name(archive: SessionArchive) -> str:
     return f"{archive.thread_id}/{archive.sha256}.tar.gz"
 
 
-# --- Storing ----------------------------------------------------------------------------------
+# --- Writing ----------------------------------------------------------------------------------
 
 
-def codex_session_store(
+def session_record_write(
     *,
     task_id: int,
     worker_id: str,
@@ -92,7 +82,7 @@ def codex_session_store(
     `not_owner` when the task is no longer this worker's (nothing written).
     """
     now = now or timezone.now()
-    kind = session_storage_kind()
+    kind = blob_storage_kind()
     limit = settings.WORKER_CODEX_SESSION_MAX_BYTES
     values = {
         "turn": turn,
@@ -151,7 +141,7 @@ def codex_session_store(
 
 
 def _object_put(*, archive: SessionArchive, data: bytes) -> str:
-    storage = _object_storage()
+    storage = object_storage()
     name = _object_name(archive)
     if storage.exists(name):
         return name
@@ -162,7 +152,7 @@ def _object_delete_unless_used(name: str) -> None:
     """Delete an object no row names any more; a failure leaves it to `codex_sessions_prune`."""
     try:
         if not CodexSession.objects.filter(object_name=name).exists():
-            _object_storage().delete(name)
+            object_storage().delete(name)
     except Exception:
         logger.warning("could not delete codex session object %s", name, exc_info=True)
 
@@ -170,10 +160,10 @@ def _object_delete_unless_used(name: str) -> None:
 # --- Restoring --------------------------------------------------------------------------------
 
 
-def codex_session_restore(*, thread_id: str, home: Path) -> str:
+def session_record_restore(*, thread_id: str, home: Path) -> str:
     """Make `home` hold the thread's stored state before a resume; one of RESTORE_OUTCOMES.
 
-    Raises StoredSessionError when the stored session cannot be used: not held (and why),
+    Raises SessionRecordError when the session record cannot be used: not held (and why),
     its object missing from object storage, or corrupt (it does not decompress, its size or
     SHA-256 differs from the row's, it holds something else than the thread's session files).
     """
@@ -183,16 +173,16 @@ def codex_session_restore(*, thread_id: str, home: Path) -> str:
         return "local_only" if local is not None else "absent"
     if local is not None and local.sha256 == stored.sha256:
         return "current"
-    label = f"the session of codex thread {thread_id} (stored after turn {stored.turn})"
+    label = f"the session record of codex thread {thread_id} (stored after turn {stored.turn})"
     if stored.stored_size is None:
-        raise StoredSessionError(f"{label} is not held: {stored.error}")
+        raise SessionRecordError(f"{label} is not held: {stored.error}")
     compressed = _payload_read(stored, label=label)
     try:
         archive = session_archive_open(
             thread_id=thread_id, compressed=compressed, sha256=stored.sha256, size=stored.size
         )
     except SessionArchiveError as exc:
-        raise StoredSessionError(f"{label} is corrupt: {exc}") from None
+        raise SessionRecordError(f"{label} is corrupt: {exc}") from None
     session_archive_extract(archive=archive, home=home)
     return "restored"
 
@@ -201,21 +191,21 @@ def _payload_read(stored: CodexSession, *, label: str) -> bytes:
     if stored.storage == SessionStorage.DATABASE:
         data = CodexSession.objects.filter(pk=stored.pk).values_list("data", flat=True).first()
         if data is None:
-            raise StoredSessionError(f"{label} is missing: the row holds no bytes")
+            raise SessionRecordError(f"{label} is missing: the row holds no bytes")
         return bytes(data)
     try:
-        with _object_storage().open(stored.object_name, "rb") as handle:
+        with object_storage().open(stored.object_name, "rb") as handle:
             return handle.read()
     except FileNotFoundError:
-        raise StoredSessionError(
+        raise SessionRecordError(
             f"{label} is missing: object storage has no {stored.object_name}"
         ) from None
     except Exception as exc:
         if _is_not_found(exc):
-            raise StoredSessionError(
+            raise SessionRecordError(
                 f"{label} is missing: object storage has no {stored.object_name}"
             ) from None
-        raise StoredSessionError(
+        raise SessionRecordError(
             f"{label} could not be read from object storage: {_describe(exc)}"
         ) from None
 
@@ -233,42 +223,41 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
-# --- The worker's side ------------------------------------------------------------------------
+# --- One run's session store ---------------------------------------------------------------
 
 
-@dataclass
-class SessionKeeper:
-    """What the loop hands an executor (through `ExecutionControl.sessions`) for one run.
+@dataclass(frozen=True)
+class SessionStore:
+    """The session store of one run, bound to its holder (`ExecutionControl.holder`: the task,
+    the worker holding it, the claim's time, the fence, and the turn): `restore` before a
+    resume, `store` after the run. Both time themselves, log and count (the
+    worker_codex_session_* metrics)."""
 
-    Bound to the task, the worker holding it (and its claim's time, the fence) and the turn:
-    `restore` before a resume, `store` after the run. Both time themselves, log and count
-    (the worker_codex_session_* metrics).
-    """
-
-    task_id: int
-    worker_id: str
-    turn: int
-    claimed_at: datetime | None = None
+    holder: RunHolder
 
     def restore(self, *, thread_id: str, home: Path) -> str:
-        """One of RESTORE_OUTCOMES; raises StoredSessionError with the reason it cannot."""
+        """One of RESTORE_OUTCOMES; raises SessionRecordError with the reason it cannot."""
         started = time.perf_counter()
         try:
-            outcome = codex_session_restore(thread_id=thread_id, home=home)
-        except StoredSessionError:
+            outcome = session_record_restore(thread_id=thread_id, home=home)
+        except SessionRecordError:
             metrics.session_restores.labels("failed").inc()
             raise
         except (DatabaseError, OSError) as exc:
             metrics.session_restores.labels("failed").inc()
-            raise StoredSessionError(
-                f"the stored session of codex thread {thread_id} could not be read: "
+            raise SessionRecordError(
+                f"the session record of codex thread {thread_id} could not be read: "
                 f"{_describe(exc)}"
             ) from None
         seconds = time.perf_counter() - started
         metrics.session_restores.labels(outcome).inc()
         metrics.session_seconds.labels("restore").observe(seconds)
         logger.info(
-            "codex session %s before turn %s: %s in %.3fs", thread_id, self.turn, outcome, seconds
+            "codex session %s before turn %s: %s in %.3fs",
+            thread_id,
+            self.holder.turn,
+            outcome,
+            seconds,
         )
         return outcome
 
@@ -295,7 +284,7 @@ class SessionKeeper:
         logger.info(
             "codex session %s after turn %s: %s, %d bytes (%d files) in %.3fs",
             thread_id,
-            self.turn,
+            self.holder.turn,
             outcome,
             archive.size,
             len(archive.names),
@@ -310,12 +299,12 @@ class SessionKeeper:
         delay = 0.5
         while True:
             try:
-                return codex_session_store(
-                    task_id=self.task_id,
-                    worker_id=self.worker_id,
-                    turn=self.turn,
+                return session_record_write(
+                    task_id=self.holder.task_id,
+                    worker_id=self.holder.worker_id,
+                    turn=self.holder.turn,
                     archive=archive,
-                    claimed_at=self.claimed_at,
+                    claimed_at=self.holder.claimed_at,
                 )
             except DatabaseError as exc:
                 if time.monotonic() + delay > deadline or connection.in_atomic_block:
@@ -323,7 +312,7 @@ class SessionKeeper:
                         "codex session %s: not stored after turn %s (%s); a resume on another "
                         "worker will fail until a later turn stores it",
                         archive.thread_id,
-                        self.turn,
+                        self.holder.turn,
                         _describe(exc),
                     )
                     return None
@@ -343,18 +332,18 @@ class SessionKeeper:
 
 @dataclass(frozen=True)
 class PruneReport:
-    sessions_deleted: int = 0
+    records_deleted: int = 0
     objects_deleted: int = 0
 
 
-def codex_sessions_prune(
+def session_records_prune(
     *,
     idle_before: datetime | None = None,
     orphans: bool = True,
     dry_run: bool = False,
     now: datetime | None = None,
 ) -> PruneReport:
-    """Delete stored sessions not updated since `idle_before` (their threads then resume only
+    """Delete session records not updated since `idle_before` (their threads then resume only
     where a local copy is), and, with `orphans`, objects in object storage that no row names
     (those of deleted tasks, or of a store interrupted between upload and commit) older than
     an hour."""
@@ -364,20 +353,20 @@ def codex_sessions_prune(
         stale = CodexSession.objects.filter(updated_at__lt=idle_before)
         doomed_objects += [name for name in stale.values_list("object_name", flat=True) if name]
         sessions = stale.count() if dry_run else stale.delete()[0]
-    if orphans and session_storage_kind() == SessionStorage.OBJECT:
+    if orphans and blob_storage_kind() == SessionStorage.OBJECT:
         doomed_objects += _orphan_objects(written_before=(now or timezone.now()) - ORPHAN_GRACE)
     deleted = 0
     for name in dict.fromkeys(doomed_objects):
         if not dry_run:
             _object_delete_unless_used(name)
         deleted += 1
-    return PruneReport(sessions_deleted=sessions, objects_deleted=deleted)
+    return PruneReport(records_deleted=sessions, objects_deleted=deleted)
 
 
 def _orphan_objects(*, written_before: datetime) -> list[str]:
     """Objects `<thread>/<sha256>.tar.gz` that no row names, written before `written_before`
     (a younger one may belong to a store that has uploaded but not yet committed its row)."""
-    storage = _object_storage()
+    storage = object_storage()
     threads, _ = storage.listdir("")
     orphans = []
     for thread in threads:

@@ -15,8 +15,8 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from django.conf import settings
@@ -134,15 +134,15 @@ class ExecutionResult:
         return cls(status="failed", failure_reason=reason, **fields)
 
 
-class ThreadSessions(Protocol):
-    """Where an agent's thread state is kept between runs, so any worker can resume it
-    (`worker.codex.session_store.SessionKeeper`, bound to the task, worker and turn)."""
+@dataclass(frozen=True)
+class RunHolder:
+    """Who holds the run: the task, the worker, the turn and the claim's time (the fence
+    every write of the run checks, so a worker whose task was taken over writes nothing)."""
 
-    def restore(self, *, thread_id: str, home: Path) -> str:
-        """Make `home` hold the thread's latest state; raises an exception saying why not."""
-
-    def store(self, *, thread_id: str, home: Path) -> str | None:
-        """Keep the thread's state after a run; never raises."""
+    task_id: int
+    worker_id: str
+    turn: int
+    claimed_at: datetime | None = None
 
 
 class ExecutionControl:
@@ -151,20 +151,21 @@ class ExecutionControl:
     An executor that starts a subprocess attaches it; `cancel()` (from a signal handler, the
     heartbeat thread or a test) kills the subprocess's whole process group. `report_thread_id`
     lets an executor publish an agent thread id as soon as it is known, so a checkpoint resume
-    can continue the thread even if this worker dies before the turn ends. `sessions`, when
-    the worker gives one, keeps an agent's thread state centrally (the `codex` executor's).
+    can continue the thread even if this worker dies before the turn ends. `holder`, when the
+    worker gives one, says who holds the run: an executor that keeps state centrally (the
+    `codex` executor's session records) writes it under that fence.
     """
 
     def __init__(
         self,
         *,
         on_thread_id: Callable[[str], None] | None = None,
-        sessions: ThreadSessions | None = None,
+        holder: RunHolder | None = None,
     ) -> None:
         self._lock = threading.RLock()
         self._process: subprocess.Popen | None = None
         self._on_thread_id = on_thread_id
-        self.sessions = sessions
+        self.holder = holder
         self.cancelled = False
 
     def attach(self, process: subprocess.Popen) -> None:

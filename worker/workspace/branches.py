@@ -3,9 +3,9 @@ the next turn on whichever host runs it.
 
 Stored by pushing `controlplane/task-<id>` to the repository's remote when
 `WORKER_TASK_BRANCH_PUSH` is on and the remote takes it (the credential may write), else as a
-git bundle of the branch's commits since the base commit, kept where codex sessions are kept
-(`WORKER_CODEX_SESSION_STORAGE`: the database, or object storage). The `TaskBranch` row says
-which; it is written only by the worker still holding the task, as codex sessions are.
+git bundle of the branch's commits since the base commit, kept where codex session archives
+are kept (`worker.blob_storage`: the database, or object storage). The `TaskBranch` row says
+which; it is written only by the worker still holding the task, as session records are.
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.files.base import ContentFile
-from django.core.files.storage import storages
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.git import GitError, Remote, git_run, private_dir, remote_env
 from controlplane.models import Task, TaskStatus
 from controlplane.services.mirrors import commit_present, git_dir_env
-from worker.codex.session_store import OBJECT_STORAGE_ALIAS, session_storage_kind
+from worker.blob_storage import blob_storage_kind, object_storage
 from worker.models import BranchStorage, SessionStorage, TaskBranch
 from worker.workspace.checkouts import TaskPaths
 
@@ -112,10 +111,10 @@ def branch_store(
         data = _bundle(paths, base=base)
         sha256 = hashlib.sha256(data).hexdigest()
         values.update(size=len(data), sha256=sha256)
-        if session_storage_kind() == SessionStorage.DATABASE:
+        if blob_storage_kind() == SessionStorage.DATABASE:
             values.update(storage=BranchStorage.DATABASE, data=data, object_name="")
         else:
-            storage = storages[OBJECT_STORAGE_ALIAS]
+            storage = object_storage()
             name = _object_name(paths.task_id, sha256)
             try:
                 new_object = name if storage.exists(name) else storage.save(name, ContentFile(data))
@@ -131,7 +130,7 @@ def branch_store(
         owned = held.select_for_update().exists()
         previous = ""
         if owned:
-            if session_storage_kind() == SessionStorage.OBJECT:
+            if blob_storage_kind() == SessionStorage.OBJECT:
                 previous = (
                     TaskBranch.objects.filter(task_id=paths.task_id)
                     .values_list("object_name", flat=True)
@@ -148,7 +147,7 @@ def branch_store(
     if stale:
         with contextlib.suppress(Exception):
             if not TaskBranch.objects.filter(object_name=stale).exists():
-                storages[OBJECT_STORAGE_ALIAS].delete(stale)
+                object_storage().delete(stale)
     return values["storage"] if owned else "not_owner"
 
 
@@ -227,7 +226,7 @@ def _bundle_read(stored: TaskBranch) -> bytes:
         data = TaskBranch.objects.filter(pk=stored.pk).values_list("data", flat=True).first()
     else:
         try:
-            with storages[OBJECT_STORAGE_ALIAS].open(stored.object_name, "rb") as handle:
+            with object_storage().open(stored.object_name, "rb") as handle:
                 data = handle.read()
         except Exception as exc:
             raise BranchError(

@@ -3,7 +3,7 @@
 from django.core.management.base import BaseCommand
 
 from automemory.services.demo import demo_loop_run
-from controlplane.management.commands.run_main import addrport_parse, server_url
+from controlplane.addrport import addrport_parse, server_url
 
 
 class Command(BaseCommand):

@@ -8,6 +8,8 @@ the user's skips). Then one batch read builds a `Candidate` per task: its log ro
 user's settings, the task's flags, whether it received messages, its external events, what
 was injected into it and its kept draft. The phases read the candidate, never the database,
 for these; nothing is stamped onto model instances.
+
+Its goal key (`text.goal_key`) is computed once, when its texts are read.
 """
 
 from collections.abc import Iterable
@@ -35,13 +37,15 @@ from automemory.models import (
     TaskAutoMemoryFlags,
 )
 from automemory.services.extraction.cursor import Point, changed_since, cursor_read
-from automemory.services.extraction.drafts import drafts_read
+from automemory.services.preferences import effective_switch
 from automemory.services.provenance import (
     NOTHING_INJECTED,
+    Fingerprint,
     Injected,
     PrivateTexts,
     injected_for,
 )
+from automemory.services.text import goal_key
 from controlplane.models import (
     IdentityMemory,
     MemorySource,
@@ -73,8 +77,12 @@ class Candidate:
     """One task on its way through the sweep's phases, with what they read of it.
 
     `changed` says it came from the read of tasks changed since the cursor (a task of that
-    read left for a later sweep holds the cursor back). `private` and `held_for_author` are
-    filled by the privacy phase for the tasks that reach drafting.
+    read left for a later sweep holds the cursor back); `extracted_before` that an earlier
+    sweep extracted it and it completed again since (only its external context is checked:
+    a memory whose task saw some later is retracted). `may_have_draft` says a paid draft may
+    be stored for it (one was read, or the user's extraction model may write one this
+    sweep). `private` and `held_for_author` are filled by the privacy phase for the tasks
+    that reach drafting.
     """
 
     task: Task
@@ -82,25 +90,23 @@ class Candidate:
     changed: bool
     prefs: AutoMemorySettings = field(default_factory=AutoMemorySettings)
     flags: TaskAutoMemoryFlags | None = None
+    # Whether the task may have a memory: its `generate_memories` flag, else the user's.
+    generate: bool = True
     received_message: bool = False
     events: list[ExternalEvent] = field(default_factory=list)
     injected: Injected = NOTHING_INJECTED
+    # `injected.fingerprints`: every fingerprint to remove from what the task wrote.
+    injected_fingerprints: list[Fingerprint] = field(default_factory=list)
     kept_draft: ExtractionDraft | None = None
+    may_have_draft: bool = False
+    goal_key: str = ""
     private: PrivateTexts | None = None
     # Set by the privacy phase: its memory is written held for the task's user.
     held_for_author: bool = False
+    extracted_before: bool = field(init=False)
 
-    @property
-    def may_have_draft(self) -> bool:
-        """Whether a paid draft may be stored for the task: one was read, or the user's
-        extraction model may write one this sweep."""
-        return self.kept_draft is not None or bool((self.prefs.extract_model or "").strip())
-
-    @property
-    def extracted_before(self) -> bool:
-        """Extracted by an earlier sweep and completed again since: only its external
-        context is checked (a memory whose task saw some later is retracted)."""
-        return self.log is not None and self.log.outcome == Outcome.EXTRACTED
+    def __post_init__(self) -> None:
+        self.extracted_before = self.log is not None and self.log.outcome == Outcome.EXTRACTED
 
 
 @dataclass
@@ -172,6 +178,7 @@ def _examine(task_ids: Iterable[int], *, changed: bool) -> list[Candidate]:
         for candidate in kept:
             for name, value in zip(TASK_TEXTS, by_id[candidate.task.pk], strict=True):
                 setattr(candidate.task, name, value)
+            candidate.goal_key = goal_key(candidate.task)
     return kept
 
 
@@ -300,15 +307,24 @@ def candidate_inputs_read(candidates: list[Candidate]) -> None:
         .distinct()
     )
     events = _external_events(task_ids)
-    injected = injected_for([candidate.task for candidate in candidates])
-    drafts = drafts_read(task_ids)
+    drafts = {row.task_id: row for row in ExtractionDraft.objects.filter(task_id__in=task_ids)}
+    tasks = []
     for candidate in candidates:
         task = candidate.task
+        tasks.append(task)
         candidate.prefs = settings_by_user.get(task.user_id) or AutoMemorySettings(
             user_id=task.user_id
         )
         candidate.flags = flags_by_task.get(task.pk)
+        flag = candidate.flags.generate_memories if candidate.flags is not None else None
+        candidate.generate = effective_switch(flag, candidate.prefs.generate_memories)
         candidate.received_message = task.pk in messaged
         candidate.events = events.get(task.pk, [])
-        candidate.injected = injected.get(task.pk, NOTHING_INJECTED)
         candidate.kept_draft = drafts.get(task.pk)
+        candidate.may_have_draft = candidate.kept_draft is not None or bool(
+            (candidate.prefs.extract_model or "").strip()
+        )
+    injected = injected_for(tasks)
+    for candidate in candidates:
+        candidate.injected = injected.get(candidate.task.pk, NOTHING_INJECTED)
+        candidate.injected_fingerprints = candidate.injected.fingerprints

@@ -55,17 +55,6 @@ DECISION_SCHEMA: dict[str, Any] = {
 }
 
 
-def decision_schema(candidate_ids: Sequence[int]) -> dict[str, Any]:
-    """`DECISION_SCHEMA` with the ids limited to `candidate_ids` (an enum): a server with
-    strict structured output cannot answer other ids, and the client's repair retry
-    covers one that does."""
-    ids = sorted(set(candidate_ids))
-    properties = dict(DECISION_SCHEMA["properties"])
-    properties["memory_id"] = {"type": ["integer", "null"], "enum": [*ids, None]}
-    properties["memory_ids"] = {"type": "array", "items": {"type": "integer", "enum": ids}}
-    return {**DECISION_SCHEMA, "properties": properties}
-
-
 # Worded for small models too: the questions in the order to ask them, "update" last (a
 # small model otherwise merges everything), and the merged text required to keep both facts.
 SYSTEM_PROMPT = """\
@@ -120,25 +109,15 @@ def consolidation_candidates(
         held_for=task.user_id if held else None,
         limit=limit * 3,
     )
-    return [
-        memory
-        for memory in found
-        if memory.source == MemorySource.AUTO
-        and memory.status == MemoryStatus.ACTIVE
-        and memory.source_task_id != task.pk
-    ][:limit]
-
-
-def consolidation_messages(*, content: str, candidates: Sequence[IdentityMemory]) -> list[dict]:
-    """The chat messages for one consolidation call: the rules, then the memories as JSON data."""
-    data = {
-        "new_memory": {"text": content},
-        "existing_memories": [{"id": memory.pk, "text": memory.content} for memory in candidates],
-    }
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": json.dumps(data, ensure_ascii=False)},
-    ]
+    candidates = []
+    for memory in found:
+        if (
+            memory.source == MemorySource.AUTO
+            and memory.status == MemoryStatus.ACTIVE
+            and memory.source_task_id != task.pk
+        ):
+            candidates.append(memory)
+    return candidates[:limit]
 
 
 def decision_parse(payload: Any, *, candidate_ids: Sequence[int]) -> Decision:
@@ -153,38 +132,38 @@ def decision_parse(payload: Any, *, candidate_ids: Sequence[int]) -> Decision:
     if action not in ACTIONS:
         raise DecisionInvalid(f"unknown action {str(action)[:20]!r}")
     shown = set(candidate_ids)
-    reason = payload.get("reason") if isinstance(payload.get("reason"), str) else ""
-    reason = " ".join(redacted_slice(reason, end=2000).split())
-    reason = reason[: marker_safe_end(reason, 300)]
-    if action == Action.ADD:
-        return Decision(Action.ADD, reason=reason)
+    memory_id, memory_ids, text = None, (), ""
     if action in (Action.UPDATE, Action.NOOP):
         memory_id = payload.get("memory_id")
         if isinstance(memory_id, bool) or not isinstance(memory_id, int):
             raise DecisionInvalid(f"{action} needs the id of a memory shown")
         if memory_id not in shown:
             raise DecisionInvalid(f"{action} names memory {memory_id}, which was not shown")
-        if action == Action.NOOP:
-            return Decision(Action.NOOP, memory_id=memory_id, reason=reason)
-        text = payload.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise DecisionInvalid("update needs the merged text")
-        cleaned = memory_text_clean(text)
-        if not cleaned:
-            raise DecisionInvalid("update needs the merged text")
-        return Decision(Action.UPDATE, memory_id=memory_id, text=cleaned, reason=reason)
-    ids = payload.get("memory_ids")
-    if ids == [] and payload.get("memory_id") in shown:
-        # A small model names the one memory it supersedes in `memory_id`.
-        ids = [payload["memory_id"]]
-    if not isinstance(ids, list) or not ids:
-        raise DecisionInvalid("supersede needs the ids of memories shown")
-    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
-        raise DecisionInvalid("supersede ids must be integers")
-    unknown = sorted(set(ids) - shown)
-    if unknown:
-        raise DecisionInvalid(f"supersede names memories {unknown[:5]}, which were not shown")
-    return Decision(Action.SUPERSEDE, memory_ids=tuple(dict.fromkeys(ids)), reason=reason)
+        if action == Action.UPDATE:
+            text = payload.get("text")
+            if not isinstance(text, str) or not text.strip():
+                raise DecisionInvalid("update needs the merged text")
+            text = memory_text_clean(text)
+            if not text:
+                raise DecisionInvalid("update needs the merged text")
+    elif action == Action.SUPERSEDE:
+        ids = payload.get("memory_ids")
+        if ids == [] and payload.get("memory_id") in shown:
+            # A small model names the one memory it supersedes in `memory_id`.
+            ids = [payload["memory_id"]]
+        if not isinstance(ids, list) or not ids:
+            raise DecisionInvalid("supersede needs the ids of memories shown")
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise DecisionInvalid("supersede ids must be integers")
+        unknown = sorted(set(ids) - shown)
+        if unknown:
+            raise DecisionInvalid(f"supersede names memories {unknown[:5]}, which were not shown")
+        memory_ids = tuple(dict.fromkeys(ids))
+    reason = payload.get("reason") if isinstance(payload.get("reason"), str) else ""
+    reason = " ".join(redacted_slice(reason, end=2000).split())
+    reason = reason[: marker_safe_end(reason, 300)]
+    return Decision(action, memory_id=memory_id, memory_ids=memory_ids, text=text, reason=reason)
 
 
 def memory_consolidation_decide(
@@ -208,20 +187,36 @@ def memory_consolidation_decide(
     candidates = consolidation_candidates(task=task, content=content, keywords=keywords, held=held)
     if not candidates:
         return Decision(Action.ADD, reason="no similar active memory in the project")
-    messages = consolidation_messages(content=content, candidates=candidates)
+    shown, existing = [], []
+    for memory in candidates:
+        shown.append(memory.pk)
+        existing.append({"id": memory.pk, "text": memory.content})
+    data = {"new_memory": {"text": content}, "existing_memories": existing}
+    # `DECISION_SCHEMA` with the ids limited to those shown (an enum): a server with strict
+    # structured output cannot answer other ids, and the client's repair retry covers one
+    # that does.
+    ids = sorted(set(shown))
+    schema = {
+        **DECISION_SCHEMA,
+        "properties": {
+            **DECISION_SCHEMA["properties"],
+            "memory_id": {"type": ["integer", "null"], "enum": [*ids, None]},
+            "memory_ids": {"type": "array", "items": {"type": "integer", "enum": ids}},
+        },
+    }
     payload = model_json_call(
         user=task.user,
         task=task,
         kind=UsageKind.MEMORY_CONSOLIDATION,
         model=model,
-        system_prompt=messages[0]["content"],
-        user_content=messages[1]["content"],
+        system_prompt=SYSTEM_PROMPT,
+        user_content=json.dumps(data, ensure_ascii=False),
         schema_name=DECISION_SCHEMA_NAME,
-        schema=decision_schema([memory.pk for memory in candidates]),
+        schema=schema,
         calls=calls,
     )
     try:
-        decision = decision_parse(payload, candidate_ids=[memory.pk for memory in candidates])
+        decision = decision_parse(payload, candidate_ids=shown)
     except DecisionInvalid as exc:
         raw_chars = len(json.dumps(payload, ensure_ascii=False))
         raise ModelOutputInvalid(

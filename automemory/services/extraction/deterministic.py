@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 from django.utils.module_loading import import_string
 
 from automemory import conf
-from automemory.services.extraction.goals import goal_line
 from automemory.services.provenance import Fingerprint, injected_text_removed
 from automemory.services.redactor import redact, redacted_slice
-from automemory.services.text import REDACTION_MARGIN_CHARS, cut
+from automemory.services.text import REDACTION_MARGIN_CHARS, cut, goal_line
 from controlplane.models import Task
 
 # A long result is cleaned of injected memories a prefix at a time, starting with this much.

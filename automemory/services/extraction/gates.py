@@ -15,8 +15,7 @@ from datetime import datetime, timedelta
 from automemory import conf
 from automemory.models import AutoMemorySettings, Reason
 from automemory.services.extraction.candidates import Candidate, ExternalEvent
-from automemory.services.extraction.summary import Verdict, skipped
-from automemory.services.preferences import effective_switch
+from automemory.services.extraction.log import Verdict, skipped
 from automemory.services.redactor import marker_safe_end, redacted_slice
 from controlplane.services import quota as quota_service
 
@@ -26,11 +25,32 @@ logger = logging.getLogger(__name__)
 DETAIL_QUOTE_CHARS = 60
 
 
+def gates_check(
+    candidates: Sequence[Candidate], *, now: datetime, force: bool
+) -> tuple[list[Candidate], dict[int, Verdict]]:
+    """Every gate, in order, for a batch: the candidates that pass them all, and a verdict
+    per task id of those that fail one."""
+    verdicts: dict[int, Verdict] = {}
+    passed = []
+    for candidate in candidates:
+        verdict = early_gates(candidate, now=now, force=force)
+        if verdict is None:
+            passed.append(candidate)
+        else:
+            verdicts[candidate.task.pk] = verdict
+    verdicts.update(quota_gate(passed, now=now))
+    extractable = []
+    for candidate in passed:
+        if candidate.task.pk not in verdicts:
+            extractable.append(candidate)
+    return extractable, verdicts
+
+
 def early_gates(candidate: Candidate, *, now: datetime, force: bool) -> Verdict | None:
     """Gates 1 to 4; None when the task may go on to the quota gate."""
     task, prefs, flags = candidate.task, candidate.prefs, candidate.flags
-    flag = flags.generate_memories if flags is not None else None
-    if not effective_switch(flag, prefs.generate_memories):
+    if not candidate.generate:
+        flag = flags.generate_memories if flags is not None else None
         source = "task flag" if flag is not None else "user setting"
         return skipped(Reason.GENERATE_DISABLED, f"generate_memories off ({source})")
     if not force:

@@ -127,6 +127,14 @@ def leases_take(lease: Lease, names: Iterable[str]) -> set[str]:
     return _take(lease, wanted) if wanted else set()
 
 
+def user_leases_take(lease: Lease, user_ids: Iterable[int]) -> set[int]:
+    """Take the user leases of `user_ids` not yet held (`leases_take`); return the ids of the
+    users whose lease this holder took."""
+    names = {user_id: user_lease_name(user_id) for user_id in user_ids}
+    taken = leases_take(lease, names.values())
+    return {user_id for user_id, name in names.items() if name in taken}
+
+
 def lease_wait(lease: Lease, name: str, *, seconds: float) -> None:
     """Take the lease `name`, waiting up to `seconds` while another holder has it; raise
     `SweepBusy` when it is still held then."""

@@ -21,18 +21,12 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from automemory import conf
-from automemory.models.citations import MAX_CITATIONS_PER_MEMORY
-from automemory.services.extraction.deterministic import result_without_injected
-from automemory.services.extraction.drafts import MemoryDraft, NoDurableSignal, draft_keep
 from automemory.services.llm import SweepModelCalls, model_json_call
-from automemory.services.provenance import Fingerprint, injected_text_removed
-from automemory.services.redactor import redact, redacted_slice
+from automemory.services.provenance import Fingerprint
 from automemory.services.text import (
-    REDACTION_MARGIN_CHARS,
-    cut,
-    keywords_clean,
-    memory_text_clean,
-    one_line,
+    excerpt_clean,
+    head_and_tail_clean,
+    line_clean,
 )
 from controlplane.models import Task, TaskEvent, UsageKind
 
@@ -136,41 +130,26 @@ def extraction_messages(task: Task, *, injected: Sequence[Fingerprint] = ()) -> 
 
 def task_document(task: Task, *, injected: Sequence[Fingerprint] = ()) -> dict[str, Any]:
     """What the model may read of `task`: each part cut to its budget, cleaned of the
-    memories injected into the task, then redacted."""
-
-    def cleaned(text: str, limit: int) -> str:
-        window = injected_text_removed(
-            (text or "")[: limit + 2 * REDACTION_MARGIN_CHARS], fingerprints=injected
-        )
-        return cut(redacted_slice(window, end=limit + REDACTION_MARGIN_CHARS), limit)
-
+    memories injected into the task, then redacted (`text`)."""
+    events = _event_lines(task, injected=injected)
     return {
-        "goal": cleaned(task.goal or "", conf.get("MODEL_INPUT_GOAL_CHARS")),
-        "prompt": cleaned(task.prompt or "", conf.get("MODEL_INPUT_PROMPT_CHARS")),
-        "result": _result_excerpt(task, injected=injected),
-        "events": _event_lines(task, injected=injected),
+        "goal": excerpt_clean(
+            task.goal or "", conf.get("MODEL_INPUT_GOAL_CHARS"), fingerprints=injected
+        ),
+        "prompt": excerpt_clean(
+            task.prompt or "", conf.get("MODEL_INPUT_PROMPT_CHARS"), fingerprints=injected
+        ),
+        # A long result keeps its first third and its last two thirds.
+        "result": head_and_tail_clean(
+            task.result_text or "", conf.get("MODEL_INPUT_RESULT_CHARS"), fingerprints=injected
+        ),
+        "events": events,
         "changed_files": [
             str(item.get("path"))[:300]
             for item in (task.changed_files or [])[:50]
             if isinstance(item, dict)
         ],
     }
-
-
-def _result_excerpt(task: Task, *, injected: Sequence[Fingerprint]) -> str:
-    """The result without injected memories, redacted; a long one keeps its first third and
-    its last two thirds of the budget (the end usually says what was learned)."""
-    limit = conf.get("MODEL_INPUT_RESULT_CHARS")
-    result = result_without_injected(task, injected=injected)
-    if len(result) <= limit:
-        return redact(result)
-    head_chars = limit // 3
-    tail_chars = limit - head_chars
-    # Redacted first, then cut: a secret crossing either cut is left out whole.
-    head = redacted_slice(result, end=head_chars)
-    tail = redacted_slice(result, start=len(result) - tail_chars)
-    left_out = len(result) - head_chars - tail_chars
-    return f"{head}\n[… {left_out} characters left out …]\n{tail}"
 
 
 def _event_lines(task: Task, *, injected: Sequence[Fingerprint]) -> list[dict[str, Any]]:
@@ -187,69 +166,26 @@ def _event_lines(task: Task, *, injected: Sequence[Fingerprint]) -> list[dict[st
             if isinstance(value, bool | int | float):
                 event[str(name)[:40]] = value
             elif isinstance(value, str):
-                text = injected_text_removed(
-                    value[: EVENT_FIELD_MAX_CHARS * 20 + REDACTION_MARGIN_CHARS],
-                    fingerprints=injected,
+                event[str(name)[:40]] = line_clean(
+                    value, EVENT_FIELD_MAX_CHARS, fingerprints=injected
                 )
-                text = redacted_slice(text, end=EVENT_FIELD_MAX_CHARS * 20)
-                event[str(name)[:40]] = one_line(text, EVENT_FIELD_MAX_CHARS)
         events.append(event)
     return events
 
 
-def answer_draft(answer: dict, *, injected: Sequence[Fingerprint] = ()) -> MemoryDraft:
-    """The model's answer as a draft: its memory and keywords cut, cleaned of the task's
-    injected memories and redacted. `NoDurableSignal` when it declined (or wrote nothing)."""
-    reason = one_line(redacted_slice(answer["reason"], end=REASON_MAX_CHARS * 4), REASON_MAX_CHARS)
-    if not answer["worth_remembering"]:
-        raise NoDurableSignal(f"the model found nothing durable: {reason}" if reason else "")
-    memory = memory_text_clean(answer["memory"], fingerprints=injected)
-    if not memory:
-        raise NoDurableSignal("the model's memory was empty")
-    kind = answer.get("kind") if answer.get("kind") in KINDS else ""
-    return MemoryDraft(
-        content=memory,
-        keywords=keywords_clean(answer["keywords"], limit=MAX_KEYWORDS),
-        kind=kind if kind != "none" else "",
-        citations=_citations(answer.get("citations")),
-    )
-
-
-def _citations(value: object) -> tuple[dict, ...]:
-    """The answer's citations, well formed or not (each is checked before it is kept): one
-    more than MAX_CITATIONS_PER_MEMORY at most, so the check can say some were cut."""
-    if not isinstance(value, list):
-        return ()
-    return tuple(
-        {key: item.get(key) for key in ("path", "start_line", "end_line")}
-        for item in value[: MAX_CITATIONS_PER_MEMORY + 1]
-        if isinstance(item, dict)
-    )
-
-
-def model_memory_draft(
+def model_answer(
     task: Task,
     *,
     model: str,
     calls: SweepModelCalls | None,
+    keep_answer,
     injected: Sequence[Fingerprint] = (),
-) -> MemoryDraft:
-    """The memory `model` writes for `task`, kept as the task's draft when it is paid for.
-
-    Raises `NoDurableSignal` when the model judges nothing worth remembering, and the `llm`
-    exceptions when the call fails.
-    """
-
-    def keep(answer: dict) -> None:
-        try:
-            draft = answer_draft(answer, injected=injected)
-        except NoDurableSignal as declined:
-            draft_keep(task=task, model=model, draft=None, declined=str(declined))
-        else:
-            draft_keep(task=task, model=model, draft=draft)
-
+) -> dict:
+    """The answer `model` gives about `task` (validated against `EXTRACTION_SCHEMA`);
+    `keep_answer(answer)` runs in the transaction that records the call in the ledger, so
+    a paid answer is kept with it. Raises the `llm` exceptions when the call fails."""
     system, user = extraction_messages(task, injected=injected)
-    answer = model_json_call(
+    return model_json_call(
         # Only the user's id is read: no query for the user row.
         user=get_user_model()(pk=task.user_id),
         task=task,
@@ -260,6 +196,5 @@ def model_memory_draft(
         schema_name=EXTRACTION_SCHEMA_NAME,
         schema=EXTRACTION_SCHEMA,
         calls=calls,
-        keep_answer=keep,
+        keep_answer=keep_answer,
     )
-    return answer_draft(answer, injected=injected)

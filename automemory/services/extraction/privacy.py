@@ -13,12 +13,15 @@ member. Two rules, one by where the text came from, one by what it says:
   task's project (a member's private text can arrive through an inter-task message), in any
   status, and with those recorded at the task's injection (deleted or edited since). A match
   skips the task as `private_content`, as does a task that received memories whose text can
-  no longer be checked. The comparison is by word shingles (`provenance`).
+  no longer be checked (before anything is drafted). The comparison is by word shingles
+  (`provenance`).
 """
 
 from collections.abc import Sequence
 
+from automemory.models import Reason
 from automemory.services.extraction.candidates import Candidate
+from automemory.services.extraction.log import Verdict, skipped
 from automemory.services.provenance import (
     Fingerprint,
     PrivateTexts,
@@ -32,12 +35,13 @@ class PrivateContent(Exception):
     """The memory would hold a user-level memory's text (the message never quotes it)."""
 
 
-def private_texts_read(candidates: Sequence[Candidate]) -> None:
+def private_texts_read(candidates: Sequence[Candidate]) -> dict[int, Verdict]:
     """Set each candidate's `private` (what its project memory must never hold) and
-    `held_for_author` (consent). Two queries for the batch (the projects' members, their
-    user-level memories)."""
+    `held_for_author` (consent); a `private_content` skip per task id of those that received
+    memories whose text can no longer be checked. Two queries for the batch (the projects'
+    members, their user-level memories)."""
     if not candidates:
-        return
+        return {}
     project_ids = {candidate.task.project_id for candidate in candidates}
     members: dict[int, set[int]] = {}
     for project_id, user_id in Membership.objects.filter(project_id__in=project_ids).values_list(
@@ -58,20 +62,20 @@ def private_texts_read(candidates: Sequence[Candidate]) -> None:
             fingerprints=[fp for user_id in owners for fp in by_user.get(user_id, [])] + recorded,
             unverifiable=candidate.injected.unrecorded,
         )
-        received_own = any(fp.scope == MemoryScope.USER for fp in candidate.injected.fingerprints)
+        received_own = any(fp.scope == MemoryScope.USER for fp in candidate.injected_fingerprints)
         others = members.get(task.project_id, set()) - {task.user_id}
         candidate.held_for_author = (
             received_own and bool(others) and not candidate.prefs.share_private_derived
         )
-
-
-def verifiable_check(private: PrivateTexts) -> None:
-    """Raise `PrivateContent` when the task received memories whose text cannot be checked."""
-    if private.unverifiable:
-        raise PrivateContent(
-            f"{private.unverifiable} of the memories injected into the task are gone and "
-            "their text cannot be checked"
+    return {
+        candidate.task.pk: skipped(
+            Reason.PRIVATE_CONTENT,
+            f"{candidate.private.unverifiable} of the memories injected into the task are gone "
+            "and their text cannot be checked",
         )
+        for candidate in candidates
+        if candidate.private.unverifiable
+    }
 
 
 def private_content_check(text: str, private: PrivateTexts, *, what: str = "memory") -> None:

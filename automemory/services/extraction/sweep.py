@@ -1,15 +1,20 @@
-"""The extraction sweep: completed, idle tasks become project memories. The pipeline, in order:
+"""The extraction sweep: completed, idle tasks become project memories. The pipeline, in order
+(one module per phase, each called once for the batch or once per task):
 
-1. lease        one sweeper at a time (`lease`): the global lease, or the user's own;
-2. candidates   tasks changed since the cursor, and the retry set (`candidates`), each read
-                once with everything the phases need;
-3. retraction   a memory whose task saw external context after it was written is withdrawn;
-4. gates        switch, idle, duration and length, external context, quota (`gates`);
-5. privacy      what a project memory of the task must never hold (`privacy`);
-6. drafting     the memory's text, by the model or the deterministic strategy (`drafting`);
-7. consolidation how it joins the project's memories, by the consolidation model;
-8. writing      the memory, its provenance and its log row, in one transaction (`writing`);
-9. log          every other verdict in one upsert (`log`); the cursor moves on (`cursor`).
+1. lease          one sweeper at a time (`lease`): the global lease, or the user's own;
+2. candidates     tasks changed since the cursor, and the retry set (`candidates`), each read
+                  once with everything the phases need (settings, switch, events, injected
+                  memories, kept draft, goal key);
+3. retraction     a memory whose task saw external context after it was written is withdrawn;
+4. gates          switch, idle, duration and length, external context, quota (`gates`);
+5. privacy read   what a project memory of the task must never hold, and consent; a task
+                  whose injected memories can no longer be checked is skipped (`privacy`);
+   then for each task that passed (`_extract`):
+6. drafting       the memory's text, by the model or the deterministic strategy (`drafting`);
+7. privacy        the draft holds no user-level memory's text (`privacy`);
+8. consolidation  how it joins the project's memories, by the consolidation model;
+9. writing        the memory, its provenance and its log row, in one transaction (`writing`);
+10. log           every other verdict in one upsert (`log`); the cursor moves on (`cursor`).
 
 A worker runs the global sweep from its sweeper thread (`GlobalSweeper`), never inside a
 round that claims tasks, so no claim waits for a model. The run endpoint and
@@ -36,10 +41,8 @@ from automemory.services.extraction.candidates import (
 )
 from automemory.services.extraction.consolidation import consolidation_decision
 from automemory.services.extraction.cursor import Point, cursor_advance
-from automemory.services.extraction.drafting import memory_draft, model_steps
-from automemory.services.extraction.drafts import NoDurableSignal
-from automemory.services.extraction.gates import early_gates, external_context_seen, quota_gate
-from automemory.services.extraction.goals import goal_key
+from automemory.services.extraction.drafting import NoDurableSignal, memory_draft
+from automemory.services.extraction.gates import external_context_seen, gates_check
 from automemory.services.extraction.lease import (
     GLOBAL,
     Lease,
@@ -48,18 +51,16 @@ from automemory.services.extraction.lease import (
     lease_keep,
     lease_wait,
     leases_release,
-    leases_take,
     user_lease_name,
+    user_leases_take,
 )
-from automemory.services.extraction.log import log_rows_write
+from automemory.services.extraction.log import SweepSummary, Verdict, log_rows_write, skipped
 from automemory.services.extraction.privacy import (
     PrivateContent,
     private_content_check,
     private_texts_read,
-    verifiable_check,
 )
 from automemory.services.extraction.retraction import memory_retract
-from automemory.services.extraction.summary import SweepSummary, Verdict, skipped
 from automemory.services.extraction.writing import AlreadyExtracted, extraction_write
 from automemory.services.llm import (
     MemoryBudgetExhausted,
@@ -171,16 +172,18 @@ def _sweep(
     candidates, waiting = read.candidates, []
     if user_id is None and candidates:
         # The users whose own sweep is running now are left for a later sweep.
-        users = leases_take(lease, {user_lease_name(c.task.user_id) for c in candidates})
-        waiting = [c for c in candidates if user_lease_name(c.task.user_id) not in users]
-        candidates = [c for c in candidates if user_lease_name(c.task.user_id) in users]
+        users = user_leases_take(lease, {c.task.user_id for c in candidates})
+        waiting = [c for c in candidates if c.task.user_id not in users]
+        candidates = [c for c in candidates if c.task.user_id in users]
+    calls = SweepModelCalls()
     try:
         deferred = waiting + _process(
-            candidates, lease=lease, now=now, force=force, summary=summary
+            candidates, lease=lease, calls=calls, now=now, force=force, summary=summary
         )
     finally:
         if user_id is None:
             leases_release(lease, lease.names - {GLOBAL})
+    summary.model_calls += calls.used
     summary.deferred += len(deferred)
     if not cursor_advance(
         name,
@@ -233,74 +236,73 @@ def _cursor_hold(deferred: Sequence[Candidate]) -> Point | None:
 
 
 def _process(
-    candidates: list[Candidate], *, lease: Lease, now: datetime, force: bool, summary: SweepSummary
+    candidates: list[Candidate],
+    *,
+    lease: Lease,
+    calls: SweepModelCalls,
+    now: datetime,
+    force: bool,
+    summary: SweepSummary,
 ) -> list[Candidate]:
-    """Take the candidates through the phases; log each. Returns those left untouched (no log
-    row written) for a later sweep: the model call cap, or the lease lost."""
+    """Take the candidates through the phases, in order; log each. Returns those left
+    untouched (no log row written) for a later sweep: the model call cap, or the lease lost.
+
+    Each phase is called once for the batch (candidates' inputs, retraction, gates, the
+    privacy read, the log) or once per candidate (`_extract`), and is handed what the
+    phases before it computed (on the candidate), never reading it again."""
     if not candidates:
         return []
     candidate_inputs_read(candidates)
+    fresh = []
     for candidate in candidates:
-        if candidate.extracted_before and candidate.prefs.disable_on_external_context:
+        if not candidate.extracted_before:
+            fresh.append(candidate)
+        elif candidate.prefs.disable_on_external_context:
             seen = external_context_seen(candidate)
             if seen is not None and memory_retract(candidate.task, seen=seen, now=now, force=force):
                 summary.retracted += 1
                 summary.scanned += 1
-    fresh = [candidate for candidate in candidates if not candidate.extracted_before]
+    extractable, verdicts = gates_check(fresh, now=now, force=force)
+    verdicts.update(private_texts_read(extractable))
 
-    verdicts: dict[int, Verdict] = {}
-    passed = []
-    for candidate in fresh:
-        verdict = early_gates(candidate, now=now, force=force)
-        if verdict is None:
-            passed.append(candidate)
-        else:
-            verdicts[candidate.task.pk] = verdict
-    verdicts.update(quota_gate(passed, now=now))
-    extractable = [candidate for candidate in passed if candidate.task.pk not in verdicts]
-    private_texts_read(extractable)
-
-    calls = SweepModelCalls()
     deferred = []
     for candidate in extractable:
+        if candidate.task.pk in verdicts:
+            continue
         verdict = _extract(candidate, lease=lease, calls=calls, now=now, force=force)
         if verdict is None:
             deferred.append(candidate)
         else:
             verdicts[candidate.task.pk] = verdict
-    summary.model_calls += calls.used
 
-    answered = [(c.task, verdicts[c.task.pk], c.log) for c in fresh if c.task.pk in verdicts]
-    with_drafts = {c.task.pk for c in fresh if c.may_have_draft}
+    answered, with_drafts, observed = [], set(), []
+    for candidate in fresh:
+        verdict = verdicts.get(candidate.task.pk)
+        if verdict is not None:
+            answered.append((candidate.task, verdict, candidate.log))
+            summary.count(verdict)
+            if not verdict.written_elsewhere:
+                observed.append((verdict.outcome, verdict.reason))
+        if candidate.may_have_draft:
+            with_drafts.add(candidate.task.pk)
     log_rows_write(answered, now=now, force=force, with_drafts=with_drafts)
-    for _, verdict, _ in answered:
-        summary.count(verdict)
-    metrics.extractions_observe(
-        verdicts=[(v.outcome, v.reason) for _, v, _ in answered if not v.written_elsewhere]
-    )
+    metrics.extractions_observe(verdicts=observed)
     return deferred
 
 
 def _extract(
     candidate: Candidate, *, lease: Lease, calls: SweepModelCalls, now: datetime, force: bool
 ) -> Verdict | None:
-    """Draft, check and write one task's memory; its verdict, or None to leave it untouched
-    for a later sweep (its model calls may not all fit under the sweep's cap, or the lease
-    is lost). The lease is renewed when due before the task's model calls, so it outlasts
-    them (`manage.py check` holds the lease's length against the model's timeouts)."""
-    if lease.lost or lease.stopping:
-        return None
-    steps = model_steps(candidate)
-    if calls.used + steps > calls.limit:
-        # An extraction paid now and a consolidation refused would wait anyway; its draft
-        # is kept, but leaving the task whole keeps one sweep's work in one place.
-        return None
-    if steps and not lease_keep(lease):
+    """Draft, check and write one task's memory: drafting, privacy, consolidation, writing.
+    Its verdict, or None to leave it untouched for a later sweep (its model calls may not
+    all fit under the sweep's cap, or the lease is lost). The lease is renewed when due
+    before the task's model calls, so it outlasts them (`manage.py check` holds the lease's
+    length against the model's timeouts)."""
+    if lease.lost or lease.stopping or not lease_keep(lease):
         return None
     task = candidate.task
     private = candidate.private or PrivateTexts()
     try:
-        verifiable_check(private)
         draft = memory_draft(candidate, calls=calls)
         private_content_check(draft.content, private)
         decision = consolidation_decision(
@@ -310,7 +312,7 @@ def _extract(
             task,
             content=draft.content,
             keywords=draft.keywords,
-            key=goal_key(task),
+            key=candidate.goal_key,
             decision=decision,
             note=draft.note,
             previous_log=candidate.log,

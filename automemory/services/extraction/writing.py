@@ -22,18 +22,16 @@ won; `AlreadyExtracted`) or the goal's active memory changed (written again).
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from automemory.models import AutoMemoryLog, Outcome, Reason
+from automemory.models import AutoMemoryLog, ExtractionDraft, Outcome, Reason
 from automemory.services.citations.extracted import task_citations, task_citations_store
-from automemory.services.extraction.drafts import drafts_discard
-from automemory.services.extraction.log import log_row_write
-from automemory.services.extraction.summary import Verdict
+from automemory.services.extraction.log import Verdict, log_row_write
 from automemory.services.text import keywords_clean
 from controlplane.models import (
     IdentityMemory,
@@ -74,16 +72,16 @@ class Decision:
     reason: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class WriteResult:
-    """What writing one task's memory did: the log's outcome, reason, memory and detail."""
+    """What writing one task's memory did: the log's outcome, reason, memory and detail, and
+    how many memories it made superseded."""
 
     outcome: str
     reason: str
     memory_id: int | None
     superseded_count: int = 0
     detail: str = ""
-    superseded_ids: list[int] = field(default_factory=list)
 
 
 class AlreadyExtracted(Exception):
@@ -134,7 +132,8 @@ def extraction_write(
                 )
                 if written.memory_id is not None and written.reason in WRITTEN_NEW:
                     task_citations_store(written.memory_id, cited)
-                detail = "; ".join(part for part in (note, written.detail) if part)
+                detail = f"{note}; {written.detail}" if note and written.detail else note
+                detail = detail or written.detail
                 verdict = Verdict(
                     written.outcome,
                     written.reason,
@@ -145,7 +144,7 @@ def extraction_write(
                 )
                 log_row_write(task, verdict, previous_log, now=now, force=force)
                 if discard_draft:
-                    drafts_discard([task.pk])
+                    ExtractionDraft.objects.filter(task_id=task.pk).delete()
                 return verdict
         except IntegrityError:
             _raise_if_written_elsewhere(task)
@@ -180,20 +179,106 @@ def memory_decision_apply(
 ) -> WriteResult:
     """Write the task's memory as `decision` says (None: `add`); call inside a transaction.
 
-    `held`: the memory is held for the task's user (see the module's docstring). Raises
-    IntegrityError when another writer won a race on the per-task or per-goal constraint
-    (the caller retries or stops).
+    `keywords` come cleaned from drafting. `held`: the memory is held for the task's user
+    (see the module's docstring). Under the same-goal rule, when the goal's active memory
+    (`current`) came from a task that finished later, the new memory is history from the
+    start: written superseded by `current` (reason `superseded_on_write`). Otherwise
+    `current` is retired first (so the partial unique index holds) and points to the new
+    memory, with those a `supersede` names (reason `superseded`), or there was none (reason
+    `new`). Raises IntegrityError when another writer won a race on the per-task or per-goal
+    constraint (the caller retries or stops).
     """
     decision = decision or Decision(Action.ADD)
     named = set(decision.memory_ids)
     if decision.memory_id is not None:
         named.add(decision.memory_id)
     visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
+    locked, usable, current = _goal_locked(task, key=key, named=named, held=held)
+    # What applies: the decision, or `add` when what it names changed meanwhile.
+    action, details = decision.action, []
+    gone = sorted(named - set(usable))
+    if action in (Action.UPDATE, Action.SUPERSEDE) and gone:
+        why = "is not the author's own" if held else "is no longer active in the project"
+        details.append(
+            f"{action} not applied: memory {', '.join(map(str, gone))} {why}; "
+            "written as a new memory"
+        )
+        logger.info("auto memory: task %s: %s", task.pk, details[-1])
+        action = Action.ADD
+    elif action == Action.NOOP and not _known_by(decision.memory_id, locked, task=task):
+        details.append(f"noop not applied: memory {decision.memory_id} is no longer active")
+        action = Action.ADD
+
+    outcome, superseded = Outcome.EXTRACTED, 0
+    if action == Action.NOOP:
+        outcome, reason, memory_id = Outcome.SKIPPED, Reason.ALREADY_KNOWN, decision.memory_id
+        details.append(f"already known by memory {memory_id}")
+    elif action == Action.UPDATE:
+        memory_id, reason = decision.memory_id, Reason.MERGED
+        _merge(task, usable[memory_id], text=decision.text, keywords=keywords)
+        details.append(f"merged into memory {memory_id}")
+    else:
+        later = current is not None and finished_later(current, task)
+        retired = [current.pk] if current is not None and not later else []
+        if action == Action.SUPERSEDE and not later:
+            retired += [pk for pk in decision.memory_ids if pk not in retired]
+        memory = IdentityMemory(
+            scope=MemoryScope.PROJECT,
+            project_id=task.project_id,
+            content=content,
+            keywords=list(keywords),
+            source=MemorySource.AUTO,
+            source_task_id=task.pk,
+            goal_key=key,
+            source_finished_at=task.finished_at,
+            created_by_id=task.user_id,
+            visibility=visibility,
+            **instruction_flag_fields(content),
+        )
+        if later:
+            memory.status, memory.superseded_by = MemoryStatus.SUPERSEDED, current
+        elif current is not None:
+            # Retired before the new memory is saved, so the partial unique index holds.
+            IdentityMemory.objects.filter(pk=current.pk).update(status=MemoryStatus.SUPERSEDED)
+        memory.save()
+        MemorySourceTask.objects.create(memory=memory, task=task, merged=False)
+        memory_id = memory.pk
+        if retired:
+            IdentityMemory.objects.filter(pk__in=retired).update(
+                status=MemoryStatus.SUPERSEDED, superseded_by=memory, updated_at=timezone.now()
+            )
+        if later:
+            reason, superseded = Reason.SUPERSEDED_ON_WRITE, 1
+            details.append(
+                "supersede not applied: a later task of the same goal has the active memory"
+                if action == Action.SUPERSEDE
+                else f"superseded at once by memory {current.pk}, whose task finished later"
+            )
+        elif retired:
+            reason, superseded = Reason.SUPERSEDED, len(retired)
+            details.append(f"superseded memory {', '.join(map(str, retired))}")
+        else:
+            reason = Reason.NEW
+        if held and not later:
+            reason = Reason.HELD_FOR_AUTHOR
+            details.insert(
+                0, "held for its author until shared (the task received their own memories)"
+            )
+    return WriteResult(outcome, reason, memory_id, superseded, "; ".join(details))
+
+
+def _goal_locked(
+    task: Task, *, key: str, named: set[int], held: bool
+) -> tuple[list[IdentityMemory], dict[int, IdentityMemory], IdentityMemory | None]:
+    """Lock, in id order, the goal's active memory and the memories a decision names; return
+    them, those of them this write may change (by id), and the goal's active memory of the
+    write's visibility (`current`; held: the author's own; None: none)."""
+    visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
     goal_current = Q(
         project_id=task.project_id,
         goal_key=key,
         source=MemorySource.AUTO,
-        status="active",
+        status=MemoryStatus.ACTIVE,
         visibility=visibility,
     )
     if held:
@@ -219,50 +304,7 @@ def memory_decision_apply(
         ),
         None,
     )
-    gone = sorted(named - set(usable))
-    note = ""
-    if decision.action in (Action.UPDATE, Action.SUPERSEDE) and gone:
-        why = "is not the author's own" if held else "is no longer active in the project"
-        note = (
-            f"{decision.action} not applied: memory {', '.join(map(str, gone))} {why}; "
-            "written as a new memory"
-        )
-        logger.info("auto memory: task %s: %s", task.pk, note)
-        decision = Decision(Action.ADD)
-    elif (
-        decision.action == Action.NOOP
-        and decision.memory_id not in usable
-        and not _known_by(decision.memory_id, locked, task=task)
-    ):
-        note = f"noop not applied: memory {decision.memory_id} is no longer active"
-        decision = Decision(Action.ADD)
-    if decision.action == Action.NOOP:
-        return WriteResult(
-            Outcome.SKIPPED,
-            Reason.ALREADY_KNOWN,
-            decision.memory_id,
-            detail=f"already known by memory {decision.memory_id}",
-        )
-    if decision.action == Action.UPDATE:
-        return _merge(task, usable[decision.memory_id], decision=decision, keywords=keywords)
-    result = memory_add(
-        task=task, content=content, keywords=keywords, key=key, current=current, held=held
-    )
-    if note:
-        result.detail = "; ".join(part for part in (note, result.detail) if part)
-    if decision.action == Action.SUPERSEDE:
-        _supersede(result, decision=decision, current=current)
-    if held and result.reason != Reason.SUPERSEDED_ON_WRITE:
-        result.reason = Reason.HELD_FOR_AUTHOR
-        result.detail = "; ".join(
-            part
-            for part in (
-                "held for its author until shared (the task received their own memories)",
-                result.detail,
-            )
-            if part
-        )
-    return result
+    return locked, usable, current
 
 
 def _may_change(memory: IdentityMemory, *, task: Task, held: bool) -> bool:
@@ -283,106 +325,18 @@ def _known_by(memory_id: int | None, locked: list[IdentityMemory], *, task: Task
     return False
 
 
-def _supersede(result: WriteResult, *, decision: Decision, current: IdentityMemory | None):
-    """Retire the memories a `supersede` answer names in favour of the new one."""
-    retired = [pk for pk in decision.memory_ids if current is None or pk != current.pk]
-    if result.reason == Reason.SUPERSEDED_ON_WRITE:
-        result.detail = "supersede not applied: a later task of the same goal has the active memory"
-    elif retired:
-        IdentityMemory.objects.filter(pk__in=retired).update(
-            status=MemoryStatus.SUPERSEDED,
-            superseded_by_id=result.memory_id,
-            updated_at=timezone.now(),
-        )
-        result.reason = Reason.SUPERSEDED
-        result.superseded_count += len(retired)
-        result.superseded_ids += retired
-        result.detail = f"superseded memory {', '.join(map(str, result.superseded_ids))}"
-
-
-def memory_add(
-    *,
-    task: Task,
-    content: str,
-    keywords: Sequence[str],
-    key: str,
-    current: IdentityMemory | None,
-    held: bool = False,
-) -> WriteResult:
-    """Write the task's memory under the same-goal rule; `current`: the goal's active memory
-    of the same visibility (held: the author's own), locked by the caller (None: none).
-
-    When `current`'s task finished later, the new memory is history from the start:
-    written superseded by `current` (reason `superseded_on_write`). Otherwise `current`
-    is retired first (so the partial unique index holds) and points to the new memory
-    (reason `superseded`), or there was none (reason `new`).
-    """
-    memory = IdentityMemory(
-        scope=MemoryScope.PROJECT,
-        project_id=task.project_id,
-        content=content,
-        keywords=keywords_clean(keywords),
-        source=MemorySource.AUTO,
-        source_task_id=task.pk,
-        goal_key=key,
-        source_finished_at=task.finished_at,
-        created_by_id=task.user_id,
-        visibility=MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT,
-        **instruction_flag_fields(content),
-    )
-    if current is not None and finished_later(current, task):
-        memory.status = MemoryStatus.SUPERSEDED
-        memory.superseded_by = current
-        memory.save()
-        _link(memory, task, merged=False)
-        return WriteResult(
-            Outcome.EXTRACTED,
-            Reason.SUPERSEDED_ON_WRITE,
-            memory.pk,
-            superseded_count=1,
-            detail=f"superseded at once by memory {current.pk}, whose task finished later",
-        )
-    if current is not None:
-        IdentityMemory.objects.filter(pk=current.pk).update(
-            status=MemoryStatus.SUPERSEDED, updated_at=timezone.now()
-        )
-    memory.save()
-    _link(memory, task, merged=False)
-    if current is None:
-        return WriteResult(Outcome.EXTRACTED, Reason.NEW, memory.pk)
-    IdentityMemory.objects.filter(pk=current.pk).update(superseded_by=memory)
-    return WriteResult(
-        Outcome.EXTRACTED,
-        Reason.SUPERSEDED,
-        memory.pk,
-        superseded_count=1,
-        detail=f"superseded memory {current.pk}",
-        superseded_ids=[current.pk],
-    )
-
-
-def _merge(
-    task: Task, target: IdentityMemory, *, decision: Decision, keywords: Sequence[str]
-) -> WriteResult:
-    """Merge the task into `target` (locked): the model's merged text (flagged afresh, so an
-    earlier approval does not cover it), both keyword lists, and a `merged` provenance link
-    from the task."""
+def _merge(task: Task, target: IdentityMemory, *, text: str, keywords: Sequence[str]) -> None:
+    """Merge the task into `target` (locked): the model's merged `text` (flagged afresh, so
+    an earlier approval does not cover it), both keyword lists, and a `merged` provenance
+    link from the task (unique per task: IntegrityError when another writer linked it
+    first)."""
     IdentityMemory.objects.filter(pk=target.pk).update(
-        content=decision.text,
+        content=text,
         keywords=keywords_clean([*(target.keywords or []), *keywords]),
         updated_at=timezone.now(),
-        **instruction_flag_fields(decision.text),
+        **instruction_flag_fields(text),
     )
-    _link(target, task, merged=True)
-    return WriteResult(
-        Outcome.EXTRACTED, Reason.MERGED, target.pk, detail=f"merged into memory {target.pk}"
-    )
-
-
-def _link(memory: IdentityMemory, task: Task, *, merged: bool) -> None:
-    """Provenance: the task's knowledge is in `memory` (unique per task: IntegrityError when
-    another writer linked the task first)."""
-    MemorySourceTask.objects.create(memory=memory, task=task, merged=merged)
+    MemorySourceTask.objects.create(memory=target, task=task, merged=True)
 
 
 def finished_later(memory: IdentityMemory, task: Task) -> bool:

@@ -21,23 +21,13 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.addrport import addrport_parse, local_url, server_url
 from controlplane.services.demo import demo_setup
 from controlplane.supervisor import Supervisor
 
 # Enough for one person trying it on a laptop: two processes of four threads each.
 WEB_WORKERS = 2
 WEB_THREADS = 4
-
-
-def addrport_parse(addrport: str) -> tuple[str, int]:
-    """`PORT`, `HOST:PORT` or `[IPV6]:PORT` as (host, port); the host defaults to 127.0.0.1."""
-    host, sep, port = addrport.rpartition(":")
-    if not sep:
-        host = "127.0.0.1"
-    host = host.removeprefix("[").removesuffix("]")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise CommandError(f"--addrport must be PORT or HOST:PORT, not {addrport!r}")
-    return host, int(port)
 
 
 def listener_open(*, host: str, port: int) -> socket.socket:
@@ -51,17 +41,6 @@ def listener_open(*, host: str, port: int) -> socket.socket:
     except OSError as exc:
         raise CommandError(f"cannot listen on {host}:{port}: {exc}") from None
     return listener
-
-
-def server_url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def local_url(host: str, port: int) -> str:
-    """The served address as a process on this host reaches it: a wildcard bind (0.0.0.0,
-    ::) is reached on the loopback address."""
-    wildcard = {"0.0.0.0": "127.0.0.1", "::": "::1"}
-    return server_url(wildcard.get(host, host), port)
 
 
 class Command(BaseCommand):

@@ -1074,7 +1074,7 @@ def _syntax_positives(g: _Gen) -> list[Sample]:
     ]:
         for make in values[:2] + values[6:]:
             value = make()
-            out.append(Sample("spec-minimum", "short", tmpl.replace("{v}", value), (value,)))
+            out.append(Sample("minimum-form", "short", tmpl.replace("{v}", value), (value,)))
     # Kubernetes Secrets: every data/stringData value, whatever the key
     for _ in range(4):
         a, b, d = g.chars(B64, 44) + "=", g.chars(B64, 24), g.password()
@@ -1310,9 +1310,9 @@ def build_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:
     )
 
 
-# The syntax part's seed suffix: its value is what the samples (and the published figures)
-# were generated from, so it stays as it is.
-SYNTAX_SEED_SUFFIX = "-issue8"
+# The syntax part's seed suffix: a generator of its own, so the other parts' samples do not
+# depend on it.
+SYNTAX_SEED_SUFFIX = "-syntax"
 
 
 def build_syntax_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:

@@ -139,9 +139,9 @@ _NEGATIVES = (
 )
 
 
-# The generator's seed suffix: its value is what the samples (and the published figures)
-# were generated from, so it stays as it is.
-SEED_SUFFIX = "-issue19"
+# The disguised part's seed suffix: a generator of its own, so the other parts' samples do
+# not depend on it.
+SEED_SUFFIX = "-disguised"
 
 
 def build_disguised_corpus(seed: str = "automemory-redactor-corpus-v1") -> list[Sample]:

@@ -20,7 +20,7 @@ PROMPTS = ("Fix the login bug", "Add a test", "Update the changelog")
 
 @pytest.fixture(params=["database", "object"])
 def storage(request):
-    """Where stored sessions go: the database, or a bucket of the local S3 server."""
+    """Where session records keep their archives: the database, or a local S3 bucket."""
     if request.param == "object":
         return request.getfixturevalue("session_bucket")
     return None
@@ -179,7 +179,7 @@ def test_a_missing_record_fails_the_resume_saying_so(
     assert task.status == TaskStatus.FAILED
     # the CLI's own words, and ours on why
     assert f"no rollout found for thread id {task.thread_id}" in task.failure_reason
-    assert f"no session of thread {task.thread_id} is stored" in task.failure_reason
+    assert f"no session record of thread {task.thread_id} is stored" in task.failure_reason
     assert len(requests) == 1
 
 

@@ -106,9 +106,12 @@ RULES: tuple[Rule, ...] = (
         "AWS access key ID",
         ("akia", "asia", "abia", "acca", "a3t"),
         r"A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA",
-        r"[A-Z2-7]{16}",
+        # AWS issues base32 ([A-Z2-7]); any digit is taken, as a key written by hand or
+        # mistyped (AKIA…8…) is still meant as one.
+        r"[A-Z0-9]{16}",
         true_positives=(
             "AWS_ACCESS_KEY_ID=«AKIA" + fake("upper", 16) + "»",
+            "For testing I used «AKIAZ7QW3ERT5YUI8OPA» with secret",
             _prose("ASIA" + fake("upper", 16, 3)),
             "AWS_ACCESS_KEY_ID=«AKIAIOSFODNN7EXAMPLE»",
         ),

@@ -1,4 +1,5 @@
-"""Forms of the console's memory and task pages: input checks only; services do the rest."""
+"""The console's forms (memory filters, memory content, task flags): input checks only;
+services do the rest."""
 
 import re
 
