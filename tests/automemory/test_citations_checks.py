@@ -204,3 +204,47 @@ def test_memory_search_shows_checked_citations_and_leaves_stale_memories_out(
         {"path": "api/client.py", "start_line": 2, "end_line": 3, "commit": head, "state": "moved"}
     ]
     assert "citations" not in by_id[plain.pk]
+
+
+def test_the_preview_with_an_unreachable_repository_shows_citations_unchecked(
+    code_project, alice, code_remote, api_client_for, auto_memory_on
+):
+    import shutil
+
+    from controlplane.models import Repository
+    from controlplane.services.mirrors import mirror_path
+
+    auto_memory_on(alice)
+    memory = cited_memory(code_project, alice, "step_1 returns 1.", ("api/client.py", 1, 2))
+    shutil.rmtree(mirror_path(Repository.objects.get(project=code_project)))
+    shutil.rmtree(code_remote.path)  # the remote is gone too: nothing can be fetched
+
+    body = (
+        api_client_for(alice)
+        .get(f"/projects/{code_project.pk}/memory-preview", {"prompt": "Fix the client"})
+        .json()
+    )
+
+    assert memory.pk in body["memory_ids"]
+    assert "Cites: api/client.py:1-2 (not checked against the code)" in body["block"]
+    (shown,) = [m for m in body["memories"] if m["id"] == memory.pk]
+    assert shown["citations"][0]["state"] == "unchecked"
+    assert MemoryCitation.objects.get().state == "fresh"  # the last real check stands
+
+
+def test_a_preview_of_memories_citing_nothing_reads_no_git(
+    code_project, alice, memory_factory, api_client_for, auto_memory_on, settings, tmp_path
+):
+    auto_memory_on(alice)
+    memory_factory(project=code_project, content="Deploys need a tag.")
+    counting = GitCalls(tmp_path)
+    settings.WORKER_GIT_BINARY = str(counting.binary)
+
+    body = (
+        api_client_for(alice)
+        .get(f"/projects/{code_project.pk}/memory-preview", {"prompt": "Deploy"})
+        .json()
+    )
+
+    assert body["memory_ids"]
+    assert counting.calls() == []
