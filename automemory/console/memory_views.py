@@ -171,6 +171,8 @@ def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
         "history": selectors.memory_history_get(user=request.user, memory=memory),
         "reasons": ReportReason.choices,
         "back_url": _memory_return_url(memory),
+        # The code it cites, as the last check found it (docs/citations.md).
+        "citations": citations_read(memory) if memory.project_id is not None else [],
     }
     return render(request, "console/memory_detail.html", context)
 

@@ -137,6 +137,8 @@ def test_without_a_model_it_waits_in_needs_review_with_old_and_new_lines(
     review = reverse("console:project_review", args=[code_project.pk])
 
     page = owner.get(review).content.decode()
+    detail = owner.get(reverse("console:memory", args=[stale.pk])).content.decode()
+    assert "api/client.py:39-40" in detail and "the code it cites changed" in detail
 
     assert "The code it cites changed" in page
     assert "step_20 returns 20." in page
