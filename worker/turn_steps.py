@@ -30,7 +30,7 @@ from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult
 from worker.executors.base import RunHolder, TokenUsage
 from worker.reports import RunReport
 from worker.threads import Heartbeat
-from worker.workspace import Workspace, workspace_close
+from worker.workspace import Workspace, workspace_close, workspace_code_view
 from worker.workspace.checkouts import TurnChanges
 from worker.workspace_steps import TaskLost, WorkspaceSteps
 
@@ -96,6 +96,7 @@ class TurnSteps:
         *,
         preferences: InjectionPreferences | None = None,
         memory_key: str = "",
+        workspace: Workspace | None = None,
     ) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector.
 
@@ -103,7 +104,8 @@ class TurnSteps:
         (None when nothing is), so an executor whose agent reports thread-cumulative usage
         can bill this turn its own part only. `preferences`: the task's injection
         preferences as the claim read them (else the injector reads them). `memory_key`: the
-        memory tool key the claim minted for this turn.
+        memory tool key the claim minted for this turn. `workspace`: the task's checkout, whose
+        mirror and base commit memories citing code are checked against.
         """
         thread_usage = selectors.thread_usage_get(task_id=task.pk, thread_id=task.thread_id)
         request = ExecutionRequest(
@@ -128,6 +130,7 @@ class TurnSteps:
                 goal=task.goal,
                 actor_label=self.actor_label,
                 preferences=preferences,
+                code=workspace_code_view(workspace),
             )
         except Exception as exc:
             if faults.is_connection_error(exc):
@@ -161,7 +164,10 @@ class TurnSteps:
                 # Nothing has run yet: while the database is gone, the preparation waits.
                 request = self._while_unreachable(
                     lambda: self.prepare(
-                        task, preferences=claim.preferences, memory_key=claim.memory_key
+                        task,
+                        preferences=claim.preferences,
+                        memory_key=claim.memory_key,
+                        workspace=workspace,
                     )
                 )
             except faults.GaveUp:

@@ -169,6 +169,7 @@ class MemoryPreviewView(APIView):
                 project_id=call.project.pk,
                 prompt=call.data["prompt"],
                 goal=call.data.get("goal"),
+                branch=call.data.get("branch"),
             )
         ),
         access=project_access(READ),
@@ -191,7 +192,13 @@ def _preview_body(plan) -> dict:
         "memory_ids": plan.memory_ids,
         "block": plan.fitted.block if plan.fitted is not None else "",
         "memories": [
-            {"id": item.memory.pk, "scope": item.scope, "rank": item.rank, "score": item.score}
+            {
+                "id": item.memory.pk,
+                "scope": item.scope,
+                "rank": item.rank,
+                "score": item.score,
+                "citations": [c.as_output() for c in getattr(item.memory, "code_citations", [])],
+            }
             for item in planned
         ],
         "left_out": [

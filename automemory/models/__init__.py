@@ -1,7 +1,14 @@
 """Auto memory's own tables: per-user settings, per-task flags, the extraction log, the
 sweep's state and drafts, feedback on memories, their embeddings and daily injection
-counts, and tasks' texts as others read them."""
+counts, and tasks' texts as others read them, and the code memories cite."""
 
+from automemory.models.citations import (  # noqa: F401
+    MAX_CITATIONS_PER_MEMORY,
+    STALE_STATES,
+    CitationState,
+    MemoryBranchScope,
+    MemoryCitation,
+)
 from automemory.models.embeddings import MemoryEmbedding  # noqa: F401
 from automemory.models.feedback import (  # noqa: F401
     OPEN_PERSON_REPORT,

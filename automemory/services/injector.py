@@ -10,6 +10,7 @@ warning and the task runs without memories.
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -19,6 +20,9 @@ from django.utils import timezone
 
 from automemory import metrics, ranking
 from automemory.models import AutoMemorySettings, MemoryInjectionDay, TaskAutoMemoryFlags
+from automemory.services.citations import code_views
+from automemory.services.citations import gate as citations
+from automemory.services.citations.gate import CodeView
 from automemory.services.memory_block import FittedBlock, fit_memory_block
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint
@@ -60,6 +64,7 @@ def inject_memories(
     goal: str | None,
     actor_label: str = "",
     preferences: InjectionPreferences | None = None,
+    code: CodeView | None = None,
 ) -> InjectionResult:
     """Return the in-memory prompt and goal with memories prepended; never raises (fail open).
 
@@ -70,7 +75,9 @@ def inject_memories(
     `injected_memory_ids` is set, a `worker_memory_injected` audit event names the task, the
     memories and those left out for the budget, and the injected memories' usage counters
     move. `preferences` are the task's, when the caller already read them in its own
-    statement (`preferences_sql`, the worker's claim); else they are read here.
+    statement (`preferences_sql`, the worker's claim); else they are read here. `code`:
+    the code the task starts from (the worker's mirror and the task's base commit), which
+    memories citing code are checked against (`automemory.services.citations`).
     """
     unchanged = InjectionResult(prompt=prompt, goal=goal)
     try:
@@ -86,6 +93,7 @@ def inject_memories(
             prompt=prompt,
             goal=goal,
             preferences=preferences,
+            code=code,
         )
         fitted = plan.fitted
         if fitted is None:
@@ -122,6 +130,10 @@ class LeftOutReason:
     REPORTED = "reported"
     ARCHIVED = "archived"
     AWAITING_APPROVAL = "awaiting_approval"
+    # The code a citation names changed or is gone (until the memory is revalidated).
+    STALE_CODE = citations.STALE_CODE
+    # Drawn on a branch not merged into the default branch, and the task is on another.
+    OTHER_BRANCH = citations.OTHER_BRANCH
 
 
 @dataclass(frozen=True)
@@ -169,6 +181,7 @@ def injection_plan(
     goal: str | None,
     preferences: InjectionPreferences,
     explain: bool = False,
+    code: CodeView | Callable[[], CodeView | None] | None = None,
 ) -> InjectionPlan:
     """The memories a first turn with this prompt and goal receives, fitted into the block.
 
@@ -176,6 +189,8 @@ def injection_plan(
     (`ranking.memories_for_injection`), then the block that fits `injection_max_chars`.
     With `explain`, also what was left out and why: for the budget, ranked below a scope's
     limit, reported, archived or awaiting approval, read by the same one ranked query.
+    Memories citing code are checked against `code` first (`citations.memories_gate`): a
+    stale one (`stale_code`) or one of another branch (`other_branch`) is left out.
     """
     query_text = f"{goal or ''}\n{prompt}"
     personal = personal_allowed(user_id=user_id, project_id=project_id, preferences=preferences)
@@ -193,6 +208,18 @@ def injection_plan(
         project_candidates = explained.received[MemoryScope.PROJECT]
     else:
         user_candidates, project_candidates = ranking.memories_for_injection(**common)
+    gate = citations.memories_gate(user_candidates + project_candidates, code)
+    gated = [
+        LeftOut(memory, scope, gate.left_out[memory.pk])
+        for scope, memories in (
+            (MemoryScope.USER, user_candidates),
+            (MemoryScope.PROJECT, project_candidates),
+        )
+        for memory in memories
+        if memory.pk in gate.left_out
+    ]
+    user_candidates = gate.allowed(user_candidates)
+    project_candidates = gate.allowed(project_candidates)
     candidates = [
         PlannedMemory(memory, scope, rank, _score(memory))
         for scope, memories in (
@@ -210,7 +237,7 @@ def injection_plan(
         preferences=preferences, fitted=fitted, candidates=candidates, personal=personal
     )
     if explained is not None:
-        plan.left_out = _left_out(plan, explained)
+        plan.left_out = gated + _left_out(plan, explained)
     return plan
 
 
@@ -271,15 +298,19 @@ def user_preferences(*, user_id: int) -> InjectionPreferences:
     )
 
 
-def memory_preview(*, user, project_id: int, prompt: str, goal: str | None) -> InjectionPlan:
-    """What a new task with this prompt and goal, created by `user` in the project now,
-    would receive, with what is left out and why: `injection_plan` as injection runs it,
-    explained. Nothing when the user's `use_memories` is off. It writes nothing. The caller
-    has checked the user is a member."""
+def memory_preview(
+    *, user, project_id: int, prompt: str, goal: str | None, branch: str | None = None
+) -> InjectionPlan:
+    """What a new task with this prompt and goal, created by `user` in the project now on
+    `branch` (the repository's default when None), would receive, with what is left out and
+    why: `injection_plan` as injection runs it, explained, memories citing code checked
+    against that branch's head now. Nothing when the user's `use_memories` is off. It writes
+    nothing but what a citation check found. The caller has checked the user is a member."""
     preferences = user_preferences(user_id=user.pk)
     if not preferences.use_memories:
         return InjectionPlan(preferences=preferences, fitted=None)
     return injection_plan(
+        code=lambda: code_views.view_for_branch(project_id, branch),
         user_id=user.pk,
         project_id=project_id,
         prompt=prompt,

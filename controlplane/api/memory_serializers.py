@@ -21,6 +21,7 @@ from rest_framework import serializers
 from controlplane.models import IdentityMemory, memory_awaiting_approval
 from controlplane.selectors import SourceTaskIds
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
+from controlplane.services.memory_citations import citations_column, citations_read
 
 
 class MemoryValue(serializers.Field):
@@ -34,6 +35,17 @@ class MemoryValue(serializers.Field):
 
     def to_representation(self, memory: IdentityMemory):
         return self.of_memory(memory)
+
+
+class CitationOutput(serializers.Serializer):
+    path = serializers.CharField()
+    start_line = serializers.IntegerField()
+    end_line = serializers.IntegerField()
+    commit = serializers.CharField(help_text="The commit at which these lines were found.")
+    state = serializers.ChoiceField(
+        choices=["fresh", "moved", "changed", "deleted", "unchecked"],
+        help_text="What the last check against the code found.",
+    )
 
 
 def _iso(value, zone) -> str | None:
@@ -176,6 +188,18 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
             "into it).",
         ),
     ),
+    MemoryField(
+        "citations",
+        # Read beside the row in the page's statement when an app keeps citations
+        # (controlplane.services.memory_citations); `MemoryOutput.rows` adds the expression.
+        value=lambda row: row.get("citations") or [],
+        drf=MemoryValue(
+            citations_read,
+            CitationOutput(many=True),
+            help_text="The lines of the project's code the memory cites, as the last check "
+            "found them (`state`).",
+        ),
+    ),
 )
 
 _COLUMNS = [
@@ -202,7 +226,10 @@ class MemoryOutput(serializers.ModelSerializer):
     def rows(memories: QuerySet[IdentityMemory]) -> QuerySet:
         """The memories as rows of what the output reads: a page of any size is one statement
         (no model, user or link objects built)."""
-        return memories.values(*_COLUMNS, **_EXPRESSIONS)
+        citations = citations_column()
+        if citations is None:
+            return memories.values(*_COLUMNS, **_EXPRESSIONS)
+        return memories.values(*_COLUMNS, **_EXPRESSIONS, citations=citations)
 
     def to_representation(self, memory: IdentityMemory | dict) -> dict:
         """A list's row (`rows`) read directly, one dictionary read a field rather than DRF's

@@ -13,7 +13,10 @@ from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.api.memory_serializers import MemoryOutput  # noqa: F401 (the API's memory)
 from controlplane.limits import (
     GOAL_MAX_CHARS,
+    MEMORY_CITATION_MAX_LINE,
+    MEMORY_CITATION_PATH_MAX_CHARS,
     MEMORY_MAX_CHARS,
+    MEMORY_MAX_CITATIONS,
     MESSAGE_MAX_CHARS,
     PROJECT_NAME_MAX_CHARS,
     PROMPT_MAX_CHARS,
@@ -53,6 +56,15 @@ class StrictTextField(serializers.CharField):
             self.fail("invalid")
         if not self.allow_blank and not data.strip():
             self.fail("blank")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer (not a string, float or boolean)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
         return super().to_internal_value(data)
 
 
@@ -300,14 +312,43 @@ class TaskRunOutput(serializers.ModelSerializer):
 # --- Memories -------------------------------------------------------------------------------
 
 
+# --- Memory citations (kept by an app: controlplane.services.memory_citations) ----------------
+
+
+class CitationInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    """Lines of a file in the project's repository, checked against its default branch."""
+
+    path = StrictTextField(max_length=MEMORY_CITATION_PATH_MAX_CHARS, trim_whitespace=False)
+    start_line = StrictIntegerField(min_value=1, max_value=MEMORY_CITATION_MAX_LINE)
+    end_line = StrictIntegerField(min_value=1, max_value=MEMORY_CITATION_MAX_LINE)
+
+    def validate(self, attrs):
+        if attrs["end_line"] < attrs["start_line"]:
+            raise serializers.ValidationError({"end_line": ["must not be before start_line"]})
+        return attrs
+
+
+def _citations_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=CitationInput(),
+        max_length=MEMORY_MAX_CITATIONS,
+        required=False,
+        help_text=f"Lines of the project's code the memory speaks of (at most "
+        f"{MEMORY_MAX_CITATIONS}); each is checked against the repository's default branch.",
+        **kwargs,
+    )
+
+
 class MemoryInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(max_length=MEMORY_MAX_CHARS)
+    citations = _citations_field()
 
 
 class MemoryUpdateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(
         max_length=MEMORY_MAX_CHARS, required=False, help_text="Absent: nothing changes."
     )
+    citations = _citations_field(allow_empty=True)
 
 
 class NoInput(RejectUnknownFieldsMixin, serializers.Serializer):
@@ -356,15 +397,6 @@ class QuotaInput(RejectUnknownFieldsMixin, serializers.Serializer):
 
 
 # --- API tokens -----------------------------------------------------------------------------
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer (not a string, float or boolean)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class TokenCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):

@@ -6,6 +6,7 @@ permission); this module only says which permission each action needs.
 """
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework.exceptions import NotFound
@@ -38,6 +39,7 @@ from controlplane.api.common import (
 from controlplane.limits import text_problem
 from controlplane.services.memories import (
     memory_approve,
+    memory_citations_set,
     memory_create,
     memory_delete,
     memory_restore,
@@ -255,9 +257,15 @@ class ProjectMemoriesView(APIView):
 
 
 def _memory_update(call: Call):
-    if "content" not in call.data:
-        return call.memory
-    return memory_update(user=call.user, memory=call.memory, content=call.data["content"])
+    memory = call.memory
+    with transaction.atomic():  # the content and the citations, or neither
+        if "content" in call.data:
+            memory = memory_update(user=call.user, memory=memory, content=call.data["content"])
+        if "citations" in call.data:
+            memory = memory_citations_set(
+                user=call.user, memory=memory, citations=call.data["citations"]
+            )
+    return memory
 
 
 class MemoryDetailView(APIView):

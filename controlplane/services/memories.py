@@ -23,6 +23,7 @@ from controlplane.models import (
 )
 from controlplane.services.audit import audit_record
 from controlplane.services.instructions import instruction_flags
+from controlplane.services.memory_citations import citations_prepare, citations_store
 
 logger = logging.getLogger(__name__)
 
@@ -112,15 +113,20 @@ def _audit_memory(action: str, *, user, memory: IdentityMemory, **data) -> None:
     )
 
 
-@transaction.atomic
-def memory_create(*, user, content: str, project: Project | None = None) -> IdentityMemory:
-    """A manual memory: about `project` when given, else about the user themself.
+def memory_create(
+    *, user, content: str, project: Project | None = None, citations: list[dict] | None = None
+) -> IdentityMemory:
+    """A manual memory: about `project` when given, else about the user themself, citing
+    `citations` of the project's code when given (checked first: `memory_citations`).
 
     Text flagged as instruction-like is held for a project owner's approval, unless its
     author may approve it (a project owner, or the user of a user-level memory): then it is
     approved by its author at once, recorded in `approved_by` and audited (`memory_approved`
     with `by_author`)."""
     content = memory_content_validate(content=content)
+    prepared = None
+    if citations:
+        prepared = citations_prepare(project=project, citations=citations)
     flags = instruction_flags(content)
     memory = IdentityMemory(
         scope=MemoryScope.USER if project is None else MemoryScope.PROJECT,
@@ -133,16 +139,36 @@ def memory_create(*, user, content: str, project: Project | None = None) -> Iden
         flagged=bool(flags),
     )
     by_author = _approve_by_author(user=user, memory=memory)
-    memory.save()
-    _audit_memory(
-        "memory_created",
-        user=user,
-        memory=memory,
-        instruction_flags=flags,
-        awaiting_approval=memory.awaiting_approval,
-    )
-    if by_author:
-        _audit_approved(user=user, memory=memory, by_author=True)
+    with transaction.atomic():
+        memory.save()
+        if prepared is not None:
+            citations_store(memory=memory, prepared=prepared)
+        _audit_memory(
+            "memory_created",
+            user=user,
+            memory=memory,
+            instruction_flags=flags,
+            awaiting_approval=memory.awaiting_approval,
+            citations=len(citations or []),
+        )
+        if by_author:
+            _audit_approved(user=user, memory=memory, by_author=True)
+    return memory
+
+
+def memory_citations_set(*, user, memory: IdentityMemory, citations: list[dict]) -> IdentityMemory:
+    """The memory cites `citations` and nothing else (an empty list: nothing), checked
+    against its project's code before anything is written. The caller has checked the user
+    may change the memory."""
+    prepared = None
+    if citations:
+        prepared = citations_prepare(project=memory.project, citations=citations)
+    with transaction.atomic():
+        memory = memory_locked(memory)
+        citations_store(memory=memory, prepared=prepared)
+        _audit_memory(
+            "memory_citations_changed", user=user, memory=memory, citations=len(citations)
+        )
     return memory
 
 

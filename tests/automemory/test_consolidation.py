@@ -485,6 +485,7 @@ def test_a_task_needing_two_calls_waits_whole_when_only_one_is_left(
             "kind": "fact",
             "memory": "Run ops/deploy.sh with the staging flag set.",
             "keywords": ["deploy"],
+            "citations": [],
             "reason": "a pitfall",
         }
     )

@@ -33,6 +33,7 @@ GOOD = {
     "kind": "fact",
     "memory": "Run `make test` for the suite; DATABASE_URL switches it to PostgreSQL.",
     "keywords": ["tests", "postgresql", "Tests"],
+    "citations": [],
     "reason": "a command later tasks need",
 }
 NOTHING = {
@@ -40,6 +41,7 @@ NOTHING = {
     "kind": "none",
     "memory": "",
     "keywords": [],
+    "citations": [],
     "reason": "a one-off rename",
 }
 
