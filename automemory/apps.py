@@ -34,6 +34,11 @@ class AutoMemoryConfig(AppConfig):
         memory_content_check_register(manual_memory_secret_problem)
         # An owner's approval closes the reports that held the memory.
         memory_approved_hook_register(reports_close)
+        # Memories cite code: the host's memory API takes and shows their citations.
+        from automemory.services.citations.hosted import CITATION_STORE
+        from controlplane.services.memory_citations import citation_store_register
+
+        citation_store_register(CITATION_STORE)
         # What an agent quoted of its user's private memories is theirs alone to read.
         task_text_filter_register(private_notes_removed)
         # The task API lists the memories injected into a task (kept in auto memory's row).

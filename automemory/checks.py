@@ -40,6 +40,17 @@ POSITIVE_INTEGERS = (
 NON_NEGATIVE_INTEGERS = ("MODEL_MAX_RETRIES", "MODEL_CALLS_PER_SWEEP", "USER_SWEEP_WAIT_SECONDS")
 
 
+def _integer_errors(names, *, minimum: int, id: str) -> list[Error]:
+    """An error for each setting of `names` that is not an integer of at least `minimum`."""
+    kind = "a positive integer" if minimum == 1 else "a non-negative integer"
+    errors = []
+    for name in names:
+        value = conf.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            errors.append(Error(f"AUTOMEMORY_{name} must be {kind}, not {value!r}.", id=id))
+    return errors
+
+
 @register()
 def automemory_settings_check(app_configs=None, **kwargs) -> list[Error]:
     errors = []
@@ -60,15 +71,7 @@ def automemory_settings_check(app_configs=None, **kwargs) -> list[Error]:
                     f"AUTOMEMORY_CONTENT_STRATEGY {path!r} is not callable.", id="automemory.E002"
                 )
             )
-    for name in POSITIVE_INTEGERS:
-        value = conf.get(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            errors.append(
-                Error(
-                    f"AUTOMEMORY_{name} must be a positive integer, not {value!r}.",
-                    id="automemory.E003",
-                )
-            )
+    errors.extend(_integer_errors(POSITIVE_INTEGERS, minimum=1, id="automemory.E003"))
     errors.extend(Error(problem, id="automemory.E004") for problem in price_table_problems())
     timeout = conf.get("MODEL_TIMEOUT_SECONDS")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -78,15 +81,7 @@ def automemory_settings_check(app_configs=None, **kwargs) -> list[Error]:
                 id="automemory.E005",
             )
         )
-    for name in NON_NEGATIVE_INTEGERS:
-        value = conf.get(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            errors.append(
-                Error(
-                    f"AUTOMEMORY_{name} must be a non-negative integer, not {value!r}.",
-                    id="automemory.E006",
-                )
-            )
+    errors.extend(_integer_errors(NON_NEGATIVE_INTEGERS, minimum=0, id="automemory.E006"))
     errors.extend(Error(problem, id="automemory.E007") for problem in lease_problems())
     mode = conf.get("MODEL_SCHEMA_MODE")
     if mode not in SCHEMA_MODES:

@@ -16,6 +16,9 @@ DEFAULTS: dict[str, Any] = {
     # when the user has no `extract_model` (the deterministic excerpt by default); `injected`
     # are the fingerprints of the memories injected into the task, to remove from its text.
     "CONTENT_STRATEGY": "automemory.services.extraction.deterministic.memory_content",
+    # Memories citing code (docs/citations.md): how often the API process fetches its mirror
+    # of a project's repository at most, for memory_search, the preview and written citations.
+    "CITATION_MIRROR_REFRESH_SECONDS": 60.0,
     # How many memories of each scope the first turn of a task receives.
     "INJECT_USER_LIMIT": 5,
     "INJECT_PROJECT_LIMIT": 5,

@@ -23,6 +23,7 @@ from django.db import connection
 from automemory import conf
 from automemory.models import InjectionRanking
 from automemory.services import fusion, search
+from automemory.services.citations import store as citation_store
 from controlplane.models import IdentityMemory, MemoryScope
 
 # Auto memory's own row of a memory (`MemoryState`: usage counters, report hold), read by
@@ -234,8 +235,12 @@ def ranked_read(
         params.extend([*owner, limit])
     found: dict[str, list[IdentityMemory]] = {}
     if parts:
+        # With each memory chosen, its code citations and branch scope, read for the chosen
+        # rows only (`automemory.services.citations`).
         sql = " UNION ALL ".join(
-            f"SELECT * FROM ({part}) AS part{i}" for i, part in enumerate(parts)
+            f"SELECT part{i}.*, {citation_store.folded_columns(f'part{i}')}"
+            f" FROM ({part}) AS part{i}"
+            for i, part in enumerate(parts)
         )
         if ctes:
             sql = f"WITH {', '.join(ctes)} {sql}"

@@ -53,6 +53,7 @@ from controlplane.models import (
     UsageRecord,
 )
 from controlplane.rawsql import column, table
+from controlplane.selectors import memory_list
 
 
 def auto_memory_log_list(*, user) -> QuerySet[AutoMemoryLog]:
@@ -85,50 +86,9 @@ def _memory_page_queryset(memories: QuerySet[IdentityMemory]) -> QuerySet[Identi
     )
 
 
-def _memory_filtered(
-    memories: QuerySet[IdentityMemory],
-    *,
-    source: str | None,
-    status: str | None,
-    q: str | None,
-) -> QuerySet[IdentityMemory]:
-    if source:
-        memories = memories.filter(source=source)
-    if status:
-        memories = memories.filter(status=status)
-    if q:
-        memories = memories.filter(content__icontains=q)
-    return _memory_page_queryset(memories).order_by("-created_at", "-id")
-
-
-def project_memories_list(
-    *,
-    project,
-    user,
-    scope: str | None = None,
-    source: str | None = None,
-    status: str | None = None,
-    q: str | None = None,
-) -> QuerySet[IdentityMemory]:
-    """The memories a project's tasks can draw on, newest first, for the console.
-
-    Scope `project` (the default): the project's memories. Scope `user`: the signed-in
-    user's own user-level memories (which their tasks in any project receive); they are
-    private, so only ever the caller's own. The caller has checked membership.
-    """
-    if scope == MemoryScope.USER:
-        memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
-    else:
-        memories = project_memories_visible_to(user, project_id=project.pk)
-    return _memory_filtered(memories, source=source, status=status, q=q)
-
-
-def my_memories_list(
-    *, user, status: str | None = None, q: str | None = None
-) -> QuerySet[IdentityMemory]:
-    """The user's own user-level memories, newest first (only ever shown to that user)."""
-    memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
-    return _memory_filtered(memories, source=None, status=status, q=q)
+def console_memory_list(**filters) -> QuerySet[IdentityMemory]:
+    """`controlplane.selectors.memory_list` (same arguments) with what a console row shows."""
+    return _memory_page_queryset(memory_list(**filters))
 
 
 def memory_detail_get(*, user, memory_id: int) -> IdentityMemory | None:
@@ -457,48 +417,40 @@ def memory_health_get(*, project, user, now: datetime | None = None) -> MemoryHe
         archived=Count("pk", filter=Q(status=MemoryStatus.ARCHIVED)),
     )
 
-    def week_of(day: date) -> int | None:
-        index = (day - first_day).days // 7
-        return index if 0 <= index < HEALTH_WEEKS else None
+    def by_week(per_day, key=lambda *_: None) -> dict:
+        """Per-day totals (rows of day, [kind,] total) summed into the window's weeks, for
+        each `key(kind)`: {key: [total of week 0, ...]}."""
+        weeks: dict = {}
+        for day, *kind, total in per_day:
+            index = (day - first_day).days // 7
+            if 0 <= index < HEALTH_WEEKS:
+                weeks.setdefault(key(*kind), [0] * HEALTH_WEEKS)[index] += total
+        return weeks
 
-    created = [0] * HEALTH_WEEKS
-    new_per_day = (
+    empty = [0] * HEALTH_WEEKS
+    created = by_week(
         memories.filter(created_at__gte=since)
         .annotate(day=TruncDate("created_at"))
         .values_list("day")
         .annotate(total=Count("pk"))
         .order_by()
-    )
-    for day, total in new_per_day:
-        index = week_of(day)
-        if index is not None:
-            created[index] += total
-
-    cited = [0] * HEALTH_WEEKS
-    reported = [0] * HEALTH_WEEKS
-    per_day = (
+    ).get(None, empty)
+    feedback = by_week(
         MemoryFeedback.objects.filter(created_at__gte=since, memory__in=memories.values("pk"))
         .annotate(day=TruncDate("created_at"))
         .values_list("day", "kind")
         .annotate(total=Count("pk"))
-        .order_by()
+        .order_by(),
+        key=lambda kind: kind,
     )
-    for day, kind, total in per_day:
-        index = week_of(day)
-        if index is not None:
-            (cited if kind == FeedbackKind.CITE else reported)[index] += total
-
-    injected = [0] * HEALTH_WEEKS
-    received = (
+    cited = feedback.get(FeedbackKind.CITE, empty)
+    reported = feedback.get(FeedbackKind.REPORT, empty)
+    injected = by_week(
         MemoryInjectionDay.objects.filter(day__gte=first_day, memory__in=memories.values("pk"))
         .values_list("day")
         .annotate(total=Sum("tasks"))
         .order_by()
-    )
-    for day, total in received:
-        index = week_of(day)
-        if index is not None:
-            injected[index] += total
+    ).get(None, empty)
 
     weeks = [
         HealthWeek(

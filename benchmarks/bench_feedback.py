@@ -167,7 +167,7 @@ def bench_health() -> None:
 
     from automemory.models import MemoryState, TaskMemoryState
     from automemory.selectors import memory_health_get
-    from automemory.services.injector import injection_days_record
+    from automemory.services.injector import injections_count
     from controlplane.models import IdentityMemory, Task
 
     print(f"memory health (memory_health_get), {REPEATS} runs: ms median / best; queries")
@@ -205,9 +205,7 @@ def bench_health() -> None:
             batch_size=2000,
         )
         for i, task in enumerate(tasks):  # as each injection counts it
-            injection_days_record(
-                memory_ids=ids[i % 95 : i % 95 + 5], day=timezone.localdate(task.started_at)
-            )
+            injections_count(memory_ids=ids[i % 95 : i % 95 + 5], now=task.started_at)
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE")

@@ -16,7 +16,7 @@ databases on the server named, dropped at the end):
    the growth from no history to the most (target <= 1.5); and the statements one claimed
    task costs in a real `Worker` at each size;
 3. statements per claimed task (claim, quota, injection, execute, finish; the round's
-   sweep apart), against the targets: <= 8 for a user with a quota limit, <= 13 with an
+   sweep apart), against the targets: <= 8 for a user with a quota limit, <= 12 with an
    injection of 5 user and 5 project memories;
 4. the per-user memory sweep at the same history sizes.
 
@@ -159,7 +159,7 @@ def _median_ms(call, repeats: int = REPEATS) -> tuple[float, float, int]:
     return timing.median_ms, timing.best_ms, queries
 
 
-STATEMENT_TARGETS = {"plain": 8, "injection": 13}
+STATEMENT_TARGETS = {"plain": 8, "injection": 12}
 
 
 def _statements_per_claimed_task(owner: History, *, tasks: int = 20) -> tuple[float, int]:

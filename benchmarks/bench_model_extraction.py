@@ -38,6 +38,7 @@ ANSWER = {
     "kind": "fact",
     "memory": "Run `make test` for the suite; DATABASE_URL switches it to PostgreSQL.",
     "keywords": ["tests"],
+    "citations": [],
     "reason": "a command",
 }
 # 40k prompt tokens at gpt-5-mini's $0.25/M: $0.01 a call.

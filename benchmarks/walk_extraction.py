@@ -58,6 +58,7 @@ ANSWER = {
     "kind": "gotcha",
     "memory": "ops/deploy.sh fails on staging unless STAGING=1 is set before it runs.",
     "keywords": ["deploy", "staging"],
+    "citations": [],
 }
 
 

@@ -9,6 +9,7 @@ from rest_framework.authtoken.models import TokenProxy
 
 from controlplane.errors import DomainError
 from controlplane.models import (
+    USAGE_TOKEN_FIELDS,
     ApiToken,
     AuditEvent,
     IdentityMemory,
@@ -39,11 +40,7 @@ USAGE_COLUMNS = [
     "finished_at",
     "executor",
     "model",
-    "input_tokens",
-    "cached_input_tokens",
-    "cache_write_input_tokens",
-    "output_tokens",
-    "reasoning_output_tokens",
+    *USAGE_TOKEN_FIELDS,
     "cost_usd",
 ]
 

@@ -11,6 +11,10 @@ GOAL_MAX_CHARS = 100_000
 MESSAGE_MAX_CHARS = 100_000
 MEMORY_MAX_CHARS = 20_000
 PROJECT_NAME_MAX_CHARS = 200
+# A memory's code citations: how many, how long a path, how far down a file.
+MEMORY_MAX_CITATIONS = 20
+MEMORY_CITATION_PATH_MAX_CHARS = 1024
+MEMORY_CITATION_MAX_LINE = 10_000_000
 
 
 def text_problem(value: str) -> str | None:

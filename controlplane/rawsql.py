@@ -91,3 +91,10 @@ def instances_from_row(models: Sequence[type[Model]], row: Sequence[Any]) -> tup
         instances.append(instance_from_row(model, row[start:end])[0])
         start = end
     return instances, row[start:]
+
+
+def sqlite_tables_and_triggers(cursor) -> set[str]:
+    """The names of a SQLite database's tables and triggers: what a post-migrate check reads
+    to re-create the triggers a table rebuild dropped."""
+    rows = cursor.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')")
+    return {row[0] for row in rows.fetchall()}

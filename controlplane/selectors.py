@@ -4,7 +4,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, OuterRef, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Left, NullIf
 
 from controlplane.access import project_memories_visible_to, projects_visible_to, tasks_visible_to
@@ -99,26 +99,28 @@ def thread_usage_get(*, task_id: int, thread_id: str) -> dict[str, int] | None:
     return {name: int(value or 0) for name, value in totals.items()}
 
 
-def _memory_filter(
-    memories: QuerySet[IdentityMemory], *, status: str | None, source: str | None
-) -> QuerySet:
+def memory_list(
+    *,
+    user,
+    project: Project | None = None,
+    status: str | None = None,
+    source: str | None = None,
+    q: str | None = None,
+) -> QuerySet[IdentityMemory]:
+    """Memories newest first: a project's as `user` sees them (the caller has checked they are
+    a member), or without `project` the user's own user-level memories; of one status and
+    source, or holding `q` (case-insensitive), when given. The API and the console list these."""
+    if project is None:
+        memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
+    else:
+        memories = project_memories_visible_to(user, project_id=project.pk)
     if status:
         memories = memories.filter(status=status)
     if source:
         memories = memories.filter(source=source)
-    # Rows of only what the API shows, with the authors' names beside them (no model or user
-    # objects built): a page of any size is one statement.
-    # Apps' values about each memory (`memory_row_extra_register`) join the same statement.
-    extras = {name: extra.expression for name, extra in _memory_row_extras.items()}
-    return (
-        memories.annotate(
-            created_by_name=F("created_by__username"),
-            approved_by_name=F("approved_by__username"),
-            **extras,
-        )
-        .order_by("-created_at", "-id")
-        .values(*MEMORY_LIST_FIELDS, *extras)
-    )
+    if q:
+        memories = memories.filter(content__icontains=q)
+    return memories.order_by("-created_at", "-id")
 
 
 @dataclass(frozen=True)
@@ -132,72 +134,25 @@ class MemoryRowExtra:
 
 
 # Registered by apps (automemory: the usage counters, the report hold and the source tasks),
-# so the host never imports them; a name nobody registered reads as the serializer's default.
+# so the host never imports them; a name nobody registered reads as the output's default.
 _memory_row_extras: dict[str, MemoryRowExtra] = {}
 
 
 def memory_row_extra_register(name: str, *, expression, read: Callable) -> None:
-    """Show `name` in every memory row: `expression` in lists, `read(memory)` for one."""
+    """Show `name` in every memory output: `expression` in a list's rows, `read(memory)`
+    for one memory."""
     _memory_row_extras[name] = MemoryRowExtra(expression=expression, read=read)
 
 
-def memory_row(memory: IdentityMemory) -> dict:
-    """A memory in the lists' row shape (MEMORY_LIST_FIELDS and the apps' extras), so one
-    serializer writes both."""
-    row = {name: getattr(memory, name) for name in MEMORY_LIST_FIELDS[:-2]}
-    row["created_by_name"] = memory.created_by.username if memory.created_by_id else None
-    row["approved_by_name"] = memory.approved_by.username if memory.approved_by_id else None
-    for name, extra in _memory_row_extras.items():
-        row[name] = extra.read(memory)
-    return row
+def memory_row_extras() -> dict[str, Any]:
+    """The apps' values as a list's row reads them: name -> expression."""
+    return {name: extra.expression for name, extra in _memory_row_extras.items()}
 
 
-def memory_extra(memory: IdentityMemory | dict, name: str, default):
-    """An app's value `name` about a memory (a row or an object); `default` when no app
-    registered it."""
-    if type(memory) is dict:
-        return memory.get(name, default)
+def memory_extra(memory: IdentityMemory, name: str, default):
+    """An app's value `name` about one memory; `default` when no app registered it."""
     extra = _memory_row_extras.get(name)
     return extra.read(memory) if extra is not None else default
-
-
-# The last two are read beside the memory's own columns (memory_row relies on the order).
-MEMORY_LIST_FIELDS = (
-    "pk",
-    "scope",
-    "project_id",
-    "content",
-    "source",
-    "source_task_id",
-    "status",
-    "superseded_by_id",
-    "created_by_id",
-    "created_at",
-    "updated_at",
-    "visibility",
-    "flagged",
-    "instruction_flags",
-    "approved_at",
-    "approved_by_id",
-    "archived_at",
-    "created_by_name",
-    "approved_by_name",
-)
-
-
-def memory_list_for_user(*, user, status: str | None = None, source: str | None = None) -> QuerySet:
-    """The user's own user-level memories, newest first, as MEMORY_LIST_FIELDS rows."""
-    memories = IdentityMemory.objects.filter(scope=MemoryScope.USER, user=user)
-    return _memory_filter(memories, status=status, source=source)
-
-
-def memory_list_for_project(
-    *, project: Project, user, status: str | None = None, source: str | None = None
-) -> QuerySet:
-    """A project's memories as `user` sees them (the caller has checked they are a member),
-    newest first, as MEMORY_LIST_FIELDS rows."""
-    memories = project_memories_visible_to(user, project_id=project.pk)
-    return _memory_filter(memories, status=status, source=source)
 
 
 def task_diff_get(*, task: Task) -> TaskDiff | None:

@@ -89,7 +89,7 @@ def task_claim_next(
     the task's injection preferences, and the user's role in the task's project (for
     `task_claim_refusal`). It mints a fresh memory tool key for the turn
     (`automemory.services.task_keys`) and, on PostgreSQL, stores its hash in the same
-    statement; on SQLite the turn's preparation stores it (`Claim.key_stored`).
+    statement; on SQLite the turn's preparation stores it (`Claim.unstored_key_hash`).
     `queued_before` limits the claim to tasks
     queued by then (`run_worker --once`).
     """
@@ -442,21 +442,11 @@ def task_refuse(
         "status": TaskStatus.FAILED,
         "failure_reason": reason,
         "finished_at": now,
-        "heartbeat_at": None,
         "is_resume": False,
-        "updated_at": now,
     }
-    with transaction.atomic():
-        audit = ("worker_task_refused", {"reason": reason, "kind": kind})
-        if not _release(
-            task=task,
-            worker_id=worker_id,
-            changes=changes,
-            outcome=RunOutcome.REFUSED,
-            now=now,
-            audit=audit,
-        ):
-            return False
+    audit = ("worker_task_refused", {"reason": reason, "kind": kind})
+    if not _give_back(task, worker_id, changes, RunOutcome.REFUSED, now, audit):
+        return False
     if kind == "quota":
         metrics.quota_refusals.inc()
     return True
@@ -470,26 +460,24 @@ def task_requeue(
     It keeps its place in the queue (its `queued_at`), so it is the next one claimed.
     """
     now = now or timezone.now()
-    changes = {
-        "status": TaskStatus.QUEUED,
-        "is_resume": True,
-        "worker_id": "",
-        "heartbeat_at": None,
-        "updated_at": now,
-    }
-    with transaction.atomic():
-        audit = ("worker_task_requeued", {"turn": task.turn, "reason": reason})
-        if not _release(
-            task=task,
-            worker_id=worker_id,
-            changes=changes,
-            outcome=RunOutcome.REQUEUED,
-            now=now,
-            audit=audit,
-        ):
-            return False
+    changes = {"status": TaskStatus.QUEUED, "is_resume": True, "worker_id": ""}
+    audit = ("worker_task_requeued", {"turn": task.turn, "reason": reason})
+    if not _give_back(task, worker_id, changes, RunOutcome.REQUEUED, now, audit):
+        return False
     logger.info("task %s turn %s re-queued as a resume (%s)", task.pk, task.turn, reason)
     return True
+
+
+def _give_back(
+    task: Task, worker_id: str, changes: dict, outcome: str, now: datetime, audit: tuple
+) -> bool:
+    """End the worker's hold on a task it did not run (`_release` in its own transaction):
+    `changes` plus no heartbeat (the memory key dies with the running state)."""
+    changes = {**changes, "heartbeat_at": None, "updated_at": now}
+    with transaction.atomic():
+        return _release(
+            task=task, worker_id=worker_id, changes=changes, outcome=outcome, now=now, audit=audit
+        )
 
 
 # --- Recovery ---------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from worker.executors import ExecutionControl, ExecutionRequest, ExecutionResult
 from worker.executors.base import RunHolder, TokenUsage
 from worker.reports import RunReport
 from worker.threads import Heartbeat
-from worker.workspace import Workspace, workspace_close
+from worker.workspace import Workspace, workspace_close, workspace_code_view
 from worker.workspace.checkouts import TurnChanges
 from worker.workspace_steps import TaskLost, WorkspaceSteps
 
@@ -98,6 +98,7 @@ class TurnSteps:
         preferences: InjectionPreferences | None = None,
         memory_key: str = "",
         unstored_key_hash: str = "",
+        workspace: Workspace | None = None,
     ) -> ExecutionRequest:
         """The in-memory request for this turn, with memories injected by the injector.
 
@@ -107,7 +108,8 @@ class TurnSteps:
         preferences as the claim read them (else the injector reads them). `memory_key`: the
         memory tool key the claim minted for this turn; `unstored_key_hash`, its hash when the
         claim did not store it (SQLite): the injection's transaction stores it with the
-        injected ids, else one upsert here does.
+        injected ids, else one upsert here does. `workspace`: the task's checkout, whose
+        mirror and base commit memories citing code are checked against.
         """
         thread_usage = selectors.thread_usage_get(task_id=task.pk, thread_id=task.thread_id)
         request = ExecutionRequest(
@@ -132,6 +134,7 @@ class TurnSteps:
                 goal=task.goal,
                 actor_label=self.actor_label,
                 preferences=preferences,
+                code=workspace_code_view(workspace),
                 key_hash=unstored_key_hash,
             )
         except Exception as exc:
@@ -176,6 +179,7 @@ class TurnSteps:
                         preferences=claim.preferences,
                         memory_key=claim.memory_key,
                         unstored_key_hash=claim.unstored_key_hash,
+                        workspace=workspace,
                     )
                 )
             except faults.GaveUp:

@@ -154,11 +154,22 @@ class ToolReportInput(RejectUnknownFieldsMixin, serializers.Serializer):
 # --- Output: the tools' answers, as the MCP tools have always given them ---
 
 
+class ToolCitationOutput(serializers.Serializer):
+    path = serializers.CharField()
+    start_line = serializers.IntegerField()
+    end_line = serializers.IntegerField()
+    commit = serializers.CharField()
+    state = serializers.CharField(help_text="fresh, moved or unchecked (not read: verify it).")
+
+
 class ToolMemoryOutput(serializers.Serializer):
     id = serializers.IntegerField()
     scope = serializers.CharField()
     content = serializers.CharField()
     created_at = serializers.CharField()
+    citations = ToolCitationOutput(
+        many=True, required=False, help_text="memory_search: the code it cites, as checked."
+    )
 
 
 class ToolSearchAnswer(serializers.Serializer):

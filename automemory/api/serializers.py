@@ -29,6 +29,7 @@ from automemory.models import (
 from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.api.serializers import StrictTextField
 from controlplane.limits import text_problem
+from controlplane.repository_urls import BRANCH_MAX_CHARS
 
 
 @extend_schema_field({"oneOf": [{"type": "boolean"}, {"type": "integer", "enum": [0, 1]}]})
@@ -327,6 +328,23 @@ class PreviewInput(RejectUnknownFieldsMixin, serializers.Serializer):
     goal = StrictTextField(
         max_length=PREVIEW_TEXT_MAX_CHARS, trim_whitespace=False, required=False, allow_blank=True
     )
+    branch = StrictTextField(
+        max_length=BRANCH_MAX_CHARS,
+        required=False,
+        help_text="The branch the task would be on (the repository's default when absent): "
+        "memories citing code are checked against its head now.",
+    )
+
+
+class PreviewCitationSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    start_line = serializers.IntegerField()
+    end_line = serializers.IntegerField()
+    commit = serializers.CharField()
+    state = serializers.CharField(
+        help_text="fresh, moved (the line numbers follow the lines), or unchecked (the code "
+        "could not be read: the block says so)."
+    )
 
 
 class PreviewMemorySerializer(serializers.Serializer):
@@ -338,16 +356,27 @@ class PreviewMemorySerializer(serializers.Serializer):
         help_text="The full-text ranking score (higher is better; comparable only within one "
         "preview); null when the memory came in as one of the newest.",
     )
+    citations = PreviewCitationSerializer(many=True, help_text="The code it cites, as checked.")
 
 
 class PreviewLeftOutSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     scope = serializers.CharField()
     reason = serializers.ChoiceField(
-        choices=["budget", "ranked_below", "reported", "archived", "awaiting_approval"],
+        choices=[
+            "budget",
+            "ranked_below",
+            "reported",
+            "archived",
+            "awaiting_approval",
+            "stale_code",
+            "other_branch",
+        ],
         help_text="budget: no room left in injection_max_chars; ranked_below: beyond its "
         "scope's limit; reported: held for review after a report; archived: retired by the "
-        "retention rule; awaiting_approval: instruction-like text not yet approved.",
+        "retention rule; awaiting_approval: instruction-like text not yet approved; "
+        "stale_code: the code it cites changed or is gone; other_branch: drawn on a branch "
+        "not merged into the default branch yet.",
     )
 
 

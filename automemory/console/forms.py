@@ -1,11 +1,17 @@
 """The console's forms (memory filters, memory content, task flags): input checks only;
 services do the rest."""
 
+import re
+
 from django import forms
 
 from automemory.selectors import CONSOLE_SEARCH_MAX_CHARS
 from controlplane.errors import DomainError
-from controlplane.limits import MEMORY_MAX_CHARS
+from controlplane.limits import (
+    MEMORY_CITATION_PATH_MAX_CHARS,
+    MEMORY_MAX_CHARS,
+    MEMORY_MAX_CITATIONS,
+)
 from controlplane.models import MemoryScope, MemorySource, MemoryStatus
 
 _ANY = [("", "Any")]
@@ -57,7 +63,60 @@ class MemoryContentForm(forms.Form):
     def add_domain_error(self, error: DomainError) -> None:
         """Show a service's refusal under the field it names (else above the form)."""
         field = error.field if error.field in self.fields else None
-        self.add_error(field, error.message)
+        message = error.message
+        if (
+            field is None
+            and (error.field or "").startswith("citations[")
+            and "citations" in self.fields
+        ):
+            # `citations[2].end_line`: under the citations, saying which line of them.
+            index = int(error.field.split("[", 1)[1].split("]", 1)[0])
+            field, message = "citations", f"Line {index + 1}: {error.message}"
+        self.add_error(field, message)
+
+
+CITATION_LINE = re.compile(r"^(?P<path>.+):(?P<start>\d{1,9})(?:-(?P<end>\d{1,9}))?$")
+
+
+class MemoryEditForm(MemoryContentForm):
+    """A project memory's text and the code it cites, one `path:start-end` a line (checked
+    against the default branch by the service)."""
+
+    citations = forms.CharField(
+        label="Cites",
+        required=False,
+        strip=True,
+        max_length=MEMORY_MAX_CITATIONS * (MEMORY_CITATION_PATH_MAX_CHARS + 24),
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=(
+            "Lines of the project's code it speaks of, one a line: path:start-end "
+            f"(at most {MEMORY_MAX_CITATIONS}). Empty: it cites nothing."
+        ),
+    )
+
+    def clean_citations(self) -> list[dict]:
+        found = []
+        lines = [line.strip() for line in self.cleaned_data["citations"].splitlines()]
+        for line in filter(None, lines):
+            matched = CITATION_LINE.match(line)
+            if matched is None:
+                raise forms.ValidationError(f"{line[:80]!r} is not path:start-end.")
+            start = int(matched["start"])
+            found.append(
+                {
+                    "path": matched["path"],
+                    "start_line": start,
+                    "end_line": int(matched["end"] or start),
+                }
+            )
+        if len(found) > MEMORY_MAX_CITATIONS:
+            raise forms.ValidationError(f"At most {MEMORY_MAX_CITATIONS} citations.")
+        return found
+
+
+def citations_text(citations: list[dict]) -> str:
+    """A memory's citations as the edit form shows them."""
+    return "\n".join(f"{c['path']}:{c['start_line']}-{c['end_line']}" for c in citations)
 
 
 # Three states of a task flag: follow the user's setting (NULL), on, off.

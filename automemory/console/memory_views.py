@@ -8,6 +8,7 @@ reads, owners and members change); writes go through `controlplane.services.memo
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Page, Paginator
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -17,8 +18,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from automemory import selectors
 from automemory.console.forms import (
     MemoryContentForm,
+    MemoryEditForm,
     MyMemoryFilterForm,
     ProjectMemoryFilterForm,
+    citations_text,
 )
 from automemory.console.review_views import next_url
 from automemory.console.views import access_get
@@ -40,6 +43,8 @@ from controlplane.errors import DomainError, NotFoundError
 from controlplane.models import IdentityMemory, MemoryScope, MemoryVisibility
 from controlplane.selectors import task_list
 from controlplane.services import memories as memory_services
+from controlplane.services.memories import memory_citations_set
+from controlplane.services.memory_citations import citations_read
 
 PAGE_SIZE = 25
 # The project page lists this many of its newest tasks (links to their pages).
@@ -108,10 +113,9 @@ def project_memories(request: HttpRequest, project_id: str) -> HttpResponse:
     if form.is_valid():
         filters = form.cleaned_data
         scope = filters["scope"] or MemoryScope.PROJECT
-        memories = selectors.project_memories_list(
-            project=project,
+        memories = selectors.console_memory_list(
             user=request.user,
-            scope=scope,
+            project=None if scope == MemoryScope.USER else project,
             source=filters["source"] or None,
             status=filters["status"] or None,
             q=filters["q"] or None,
@@ -167,6 +171,8 @@ def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
         "history": selectors.memory_history_get(user=request.user, memory=memory),
         "reasons": ReportReason.choices,
         "back_url": _memory_return_url(memory),
+        # The code it cites, as the last check found it (docs/citations.md).
+        "citations": citations_read(memory) if memory.project_id is not None else [],
     }
     return render(request, "console/memory_detail.html", context)
 
@@ -176,13 +182,22 @@ def memory_detail(request: HttpRequest, memory_id: str) -> HttpResponse:
 def memory_edit(request: HttpRequest, memory_id: str) -> HttpResponse:
     """Edit a memory's text through the service (secret check, instruction re-flagging)."""
     memory = access_get(memory_get_for_change, user=request.user, memory_id=memory_id)
+    # A project memory's form also edits the code it cites.
+    form_class = MemoryEditForm if memory.project_id is not None else MemoryContentForm
     if request.method == "POST":
-        form = MemoryContentForm(request.POST)
+        form = form_class(request.POST)
         if form.is_valid():
             try:
-                memory_services.memory_update(
-                    user=request.user, memory=memory, content=form.cleaned_data["content"]
-                )
+                with transaction.atomic():  # the text and the citations, or neither
+                    memory_services.memory_update(
+                        user=request.user, memory=memory, content=form.cleaned_data["content"]
+                    )
+                    if "citations" in form.cleaned_data:
+                        memory_citations_set(
+                            user=request.user,
+                            memory=memory,
+                            citations=form.cleaned_data["citations"],
+                        )
             except NotFoundError as gone:  # deleted meanwhile
                 raise Http404(gone.message) from gone
             except DomainError as error:
@@ -192,7 +207,10 @@ def memory_edit(request: HttpRequest, memory_id: str) -> HttpResponse:
                 return redirect(next_url(request, reverse("console:memory", args=[memory.pk])))
         status = 400
     else:
-        form = MemoryContentForm(initial={"content": memory.content})
+        initial = {"content": memory.content}
+        if form_class is MemoryEditForm:
+            initial["citations"] = citations_text(citations_read(memory))
+        form = form_class(initial=initial)
         status = 200
     # A page that sent the user here (`next`, e.g. Needs review) is where they go back to.
     explicit = next_url(request, "")
@@ -225,14 +243,12 @@ def memory_delete(request: HttpRequest, memory_id: str) -> HttpResponse:
 def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
     """A project owner lets a flagged or reported memory be injected."""
     memory = access_get(memory_get_for_approve, user=request.user, memory_id=memory_id)
-    try:
-        memory_services.memory_approve(user=request.user, memory=memory)
-    except NotFoundError as gone:  # deleted meanwhile
-        raise Http404(gone.message) from gone
-    except DomainError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, "Memory approved: new tasks may receive it.")
+    _memory_change(
+        request,
+        memory,
+        memory_services.memory_approve,
+        "Memory approved: new tasks may receive it.",
+    )
     return redirect(next_url(request, reverse("console:memory", args=[memory.pk])))
 
 
@@ -241,15 +257,23 @@ def memory_approve(request: HttpRequest, memory_id: str) -> HttpResponse:
 def memory_restore(request: HttpRequest, memory_id: str) -> HttpResponse:
     """Bring an archived memory back to active."""
     memory = access_get(memory_get_for_change, user=request.user, memory_id=memory_id)
+    _memory_change(
+        request, memory, memory_services.memory_restore, "Memory restored: it is active again."
+    )
+    return redirect("console:memory", memory.pk)
+
+
+def _memory_change(request: HttpRequest, memory, change, done: str) -> None:
+    """`change(user=, memory=)` by the signed-in user: `done` as a message, or the refusal's;
+    404 when the memory was deleted meanwhile."""
     try:
-        memory_services.memory_restore(user=request.user, memory=memory)
-    except NotFoundError as gone:  # deleted meanwhile
+        change(user=request.user, memory=memory)
+    except NotFoundError as gone:
         raise Http404(gone.message) from gone
     except DomainError as error:
         messages.error(request, error.message)
     else:
-        messages.success(request, "Memory restored: it is active again.")
-    return redirect("console:memory", memory.pk)
+        messages.success(request, done)
 
 
 @require_http_methods(["GET", "POST"])
@@ -275,7 +299,7 @@ def my_memories(request: HttpRequest) -> HttpResponse:
     page_obj = None
     if filter_form.is_valid():
         filters = filter_form.cleaned_data
-        memories = selectors.my_memories_list(
+        memories = selectors.console_memory_list(
             user=request.user, status=filters["status"] or None, q=filters["q"] or None
         )
         page_obj = _page(request, memories)

@@ -22,6 +22,7 @@ from automemory.api.serializers import ReportInputSerializer
 from automemory.console import settings_fields
 from automemory.console.views import access_get
 from automemory.models import FeedbackVia, ReportReason
+from automemory.services.citations import revalidation
 from automemory.services.feedback import memory_report
 from automemory.services.sharing import memory_share
 from controlplane.access import (
@@ -33,6 +34,7 @@ from controlplane.access import (
 from controlplane.api.throttling import UserThrottle
 from controlplane.errors import DomainError, NotFoundError
 from controlplane.models import MemoryVisibility
+from controlplane.services.mirrors import MirrorError
 
 REVIEW_PAGE_SIZE = 25
 
@@ -61,11 +63,40 @@ def project_review(request: HttpRequest, project_id: str) -> HttpResponse:
     )
     queue = selectors.review_queue_list(project=project, user=request.user)
     page_obj = Paginator(queue, REVIEW_PAGE_SIZE).get_page(request.GET.get("page"))
+    # Memories whose cited code changed: the old and new lines side by side.
+    code_changed = revalidation.stale_memories(project_id=project.pk)
     return render(
         request,
         "console/project_review.html",
-        {"project": project, "page_obj": page_obj, "here": request.get_full_path()},
+        {
+            "project": project,
+            "page_obj": page_obj,
+            "code_changed": code_changed,
+            "here": request.get_full_path(),
+        },
     )
+
+
+@require_POST
+@login_required
+def memory_code_decide(request: HttpRequest, memory_id: str, decision: str) -> HttpResponse:
+    """An owner's answer for a memory whose cited code changed: `keep` (it still holds: its
+    citations follow the new code) or `retire` (archived). Owners of its project only."""
+    memory = access_get(memory_get_for_change, user=request.user, memory_id=memory_id)
+    access_get(
+        project_get_for, user=request.user, project_id=memory.project_id, action=APPROVE_MEMORY
+    )
+    back = next_url(request, reverse("console:project_review", args=[memory.project_id]))
+    try:
+        if decision == revalidation.KEEP:
+            revalidation.memory_code_keep(user=request.user, memory=memory)
+            messages.success(request, "Kept: its citations now point at the new code.")
+        else:
+            revalidation.memory_code_retire(user=request.user, memory=memory)
+            messages.success(request, "Retired: the memory is archived (it can be restored).")
+    except MirrorError as error:
+        messages.error(request, f"The repository cannot be read now: {error}")
+    return redirect(back)
 
 
 def _report_context(memory, *, reason: str = "", note: str = "", errors=None) -> dict:

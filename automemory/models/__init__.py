@@ -1,8 +1,15 @@
 """Auto memory's own tables: per-user settings, per-task flags, the extraction log, the
 sweep's state and drafts, feedback on memories, their embeddings and daily injection
-counts, tasks' texts as others read them, and auto memory's state of tasks (memory tool
-keys, injected memories)."""
+counts, tasks' texts as others read them, the code memories cite, and auto memory's state
+of tasks and memories (memory tool keys, injected memories, usage, provenance)."""
 
+from automemory.models.citations import (  # noqa: F401
+    MAX_CITATIONS_PER_MEMORY,
+    STALE_STATES,
+    CitationState,
+    MemoryBranchScope,
+    MemoryCitation,
+)
 from automemory.models.embeddings import MemoryEmbedding  # noqa: F401
 from automemory.models.feedback import (  # noqa: F401
     OPEN_PERSON_REPORT,

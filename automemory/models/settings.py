@@ -62,6 +62,13 @@ class InjectionRanking(models.TextChoices):
     RELEVANT = "relevant", "Most relevant to the task first (full-text search)"
 
 
+def _in_range(field: str, low, high, name: str) -> models.CheckConstraint:
+    """The database's check that `field` lies between `low` and `high` (both included)."""
+    return models.CheckConstraint(
+        condition=Q(**{f"{field}__gte": low}) & Q(**{f"{field}__lte": high}), name=name
+    )
+
+
 class AutoMemorySettings(models.Model):
     """A user's auto memory switches and gates. A user without a row has the defaults."""
 
@@ -130,41 +137,35 @@ class AutoMemorySettings(models.Model):
         verbose_name = "auto memory settings"
         verbose_name_plural = "auto memory settings"
         constraints = [
-            models.CheckConstraint(
-                condition=Q(min_rate_limit_remaining_percent__gte=0)
-                & Q(min_rate_limit_remaining_percent__lte=100),
-                name="automemory_settings_percent_range",
+            _in_range(
+                "min_rate_limit_remaining_percent", 0, 100, "automemory_settings_percent_range"
             ),
-            models.CheckConstraint(
-                condition=Q(idle_seconds__gte=0) & Q(idle_seconds__lte=MAX_IDLE_SECONDS),
-                name="automemory_settings_idle_range",
+            _in_range("idle_seconds", 0, MAX_IDLE_SECONDS, "automemory_settings_idle_range"),
+            _in_range(
+                "min_duration_seconds",
+                0,
+                MAX_DURATION_SECONDS,
+                "automemory_settings_duration_range",
             ),
-            models.CheckConstraint(
-                condition=Q(min_duration_seconds__gte=0)
-                & Q(min_duration_seconds__lte=MAX_DURATION_SECONDS),
-                name="automemory_settings_duration_range",
-            ),
-            models.CheckConstraint(
-                condition=Q(min_result_chars__gte=0) & Q(min_result_chars__lte=MAX_RESULT_CHARS),
-                name="automemory_settings_chars_range",
-            ),
+            _in_range("min_result_chars", 0, MAX_RESULT_CHARS, "automemory_settings_chars_range"),
             models.CheckConstraint(
                 condition=Q(injection_ranking__in=[r.value for r in InjectionRanking]),
                 name="automemory_settings_ranking_valid",
             ),
-            models.CheckConstraint(
-                condition=Q(injection_max_chars__gte=MIN_INJECTION_MAX_CHARS)
-                & Q(injection_max_chars__lte=MAX_INJECTION_MAX_CHARS),
-                name="automemory_settings_injection_chars_range",
+            _in_range(
+                "injection_max_chars",
+                MIN_INJECTION_MAX_CHARS,
+                MAX_INJECTION_MAX_CHARS,
+                "automemory_settings_injection_chars_range",
             ),
-            models.CheckConstraint(
-                condition=Q(max_unused_days__gte=0) & Q(max_unused_days__lte=MAX_UNUSED_DAYS),
-                name="automemory_settings_unused_days_range",
+            _in_range(
+                "max_unused_days", 0, MAX_UNUSED_DAYS, "automemory_settings_unused_days_range"
             ),
-            models.CheckConstraint(
-                condition=Q(monthly_memory_budget_usd__gte=0)
-                & Q(monthly_memory_budget_usd__lte=MAX_MEMORY_BUDGET_USD),
-                name="automemory_settings_memory_budget_range",
+            _in_range(
+                "monthly_memory_budget_usd",
+                0,
+                MAX_MEMORY_BUDGET_USD,
+                "automemory_settings_memory_budget_range",
             ),
         ]
 

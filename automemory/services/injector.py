@@ -10,16 +10,25 @@ warning and the task runs without memories.
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import datetime
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from automemory import metrics, ranking
-from automemory.models import AutoMemorySettings, MemoryInjectionDay, TaskAutoMemoryFlags
+from automemory.models import (
+    AutoMemorySettings,
+    MemoryInjectionDay,
+    MemoryState,
+    TaskAutoMemoryFlags,
+)
+from automemory.services.citations import code_views
+from automemory.services.citations import gate as citations
+from automemory.services.citations.gate import CodeView
 from automemory.services.memory_block import FittedBlock, fit_memory_block
-from automemory.services.memory_state import memory_state_count
+from automemory.services.memory_state import memory_state_count, memory_state_count_sql
 from automemory.services.preferences import effective_switch
 from automemory.services.provenance import INJECTED_EVENT, memory_fingerprint
 from automemory.services.task_keys import task_state_store
@@ -63,6 +72,7 @@ def inject_memories(
     goal: str | None,
     actor_label: str = "",
     preferences: InjectionPreferences | None = None,
+    code: CodeView | None = None,
     key_hash: str = "",
 ) -> InjectionResult:
     """Return the in-memory prompt and goal with memories prepended; never raises (fail open).
@@ -74,7 +84,9 @@ def inject_memories(
     `injected_memory_ids` is set, a `worker_memory_injected` audit event names the task, the
     memories and those left out for the budget, and the injected memories' usage counters
     move. `preferences` are the task's, when the caller already read them in its own
-    statement (`preferences_sql`, the worker's claim); else they are read here. `key_hash`:
+    statement (`preferences_sql`, the worker's claim); else they are read here. `code`:
+    the code the task starts from (the worker's mirror and the task's base commit), which
+    memories citing code are checked against (`automemory.services.citations`). `key_hash`:
     the turn's memory tool key hash when the claim could not store it (SQLite); stored with
     the injected ids (`key_stored`), so the row is written once.
     """
@@ -92,6 +104,7 @@ def inject_memories(
             prompt=prompt,
             goal=goal,
             preferences=preferences,
+            code=code,
         )
         fitted = plan.fitted
         if fitted is None:
@@ -128,6 +141,10 @@ class LeftOutReason:
     REPORTED = "reported"
     ARCHIVED = "archived"
     AWAITING_APPROVAL = "awaiting_approval"
+    # The code a citation names changed or is gone (until the memory is revalidated).
+    STALE_CODE = citations.STALE_CODE
+    # Drawn on a branch not merged into the default branch, and the task is on another.
+    OTHER_BRANCH = citations.OTHER_BRANCH
 
 
 @dataclass(frozen=True)
@@ -175,6 +192,7 @@ def injection_plan(
     goal: str | None,
     preferences: InjectionPreferences,
     explain: bool = False,
+    code: CodeView | Callable[[], CodeView | None] | None = None,
 ) -> InjectionPlan:
     """The memories a first turn with this prompt and goal receives, fitted into the block.
 
@@ -182,6 +200,8 @@ def injection_plan(
     (`ranking.memories_for_injection`), then the block that fits `injection_max_chars`.
     With `explain`, also what was left out and why: for the budget, ranked below a scope's
     limit, reported, archived or awaiting approval, read by the same one ranked query.
+    Memories citing code are checked against `code` first (`citations.memories_gate`): a
+    stale one (`stale_code`) or one of another branch (`other_branch`) is left out.
     """
     query_text = f"{goal or ''}\n{prompt}"
     personal = personal_allowed(user_id=user_id, project_id=project_id, preferences=preferences)
@@ -199,6 +219,18 @@ def injection_plan(
         project_candidates = explained.received[MemoryScope.PROJECT]
     else:
         user_candidates, project_candidates = ranking.memories_for_injection(**common)
+    gate = citations.memories_gate(user_candidates + project_candidates, code)
+    gated = [
+        LeftOut(memory, scope, gate.left_out[memory.pk])
+        for scope, memories in (
+            (MemoryScope.USER, user_candidates),
+            (MemoryScope.PROJECT, project_candidates),
+        )
+        for memory in memories
+        if memory.pk in gate.left_out
+    ]
+    user_candidates = gate.allowed(user_candidates)
+    project_candidates = gate.allowed(project_candidates)
     candidates = [
         PlannedMemory(memory, scope, rank, _score(memory))
         for scope, memories in (
@@ -216,7 +248,7 @@ def injection_plan(
         preferences=preferences, fitted=fitted, candidates=candidates, personal=personal
     )
     if explained is not None:
-        plan.left_out = _left_out(plan, explained)
+        plan.left_out = gated + _left_out(plan, explained)
     return plan
 
 
@@ -277,15 +309,19 @@ def user_preferences(*, user_id: int) -> InjectionPreferences:
     )
 
 
-def memory_preview(*, user, project_id: int, prompt: str, goal: str | None) -> InjectionPlan:
-    """What a new task with this prompt and goal, created by `user` in the project now,
-    would receive, with what is left out and why: `injection_plan` as injection runs it,
-    explained. Nothing when the user's `use_memories` is off. It writes nothing. The caller
-    has checked the user is a member."""
+def memory_preview(
+    *, user, project_id: int, prompt: str, goal: str | None, branch: str | None = None
+) -> InjectionPlan:
+    """What a new task with this prompt and goal, created by `user` in the project now on
+    `branch` (the repository's default when None), would receive, with what is left out and
+    why: `injection_plan` as injection runs it, explained, memories citing code checked
+    against that branch's head now. Nothing when the user's `use_memories` is off. It writes
+    nothing but what a citation check found. The caller has checked the user is a member."""
     preferences = user_preferences(user_id=user.pk)
     if not preferences.use_memories:
         return InjectionPlan(preferences=preferences, fitted=None)
     return injection_plan(
+        code=lambda: code_views.view_for_branch(project_id, branch),
         user_id=user.pk,
         project_id=project_id,
         prompt=prompt,
@@ -405,23 +441,28 @@ def _injection_record(
                 ],
             },
         )
-        # Auto memory's own row: the memory's edit time (`updated_at`) does not move.
-        now = timezone.now()
-        memory_state_count(memory_ids=memory_ids, event="injected", now=now)
-        injection_days_record(memory_ids=memory_ids, day=timezone.localdate(now))
+        injections_count(memory_ids=memory_ids, now=timezone.now())
 
 
-def injection_days_record(*, memory_ids: list[int], day: date) -> None:
-    """Count one more task that received each of `memory_ids` on `day` (one statement; the
-    memory-health page sums these counts)."""
+def injections_count(*, memory_ids: list[int], now: datetime) -> None:
+    """Count one more task that received each of `memory_ids` at `now`: the memories'
+    `injection_count` and `last_injected_at` (auto memory's `MemoryState` row), and the count
+    of their day (the server's local date) that the memory-health page sums. One statement:
+    on PostgreSQL the row's upsert and the day's in one; on SQLite the row's upsert, whose
+    triggers count the day (automemory/migrations/0021). The memory's edit time
+    (`updated_at`) does not move."""
     distinct = list(dict.fromkeys(memory_ids))
     if not distinct:
         return
-    table_name = table(MemoryInjectionDay)
-    rows = ", ".join(["(%s, %s, 1)"] * len(distinct))
+    if connection.vendor != "postgresql":
+        memory_state_count(memory_ids=distinct, event="injected", now=now)
+        return
+    counted, params = memory_state_count_sql(memory_ids=distinct, event="injected", now=now)
+    days = table(MemoryInjectionDay)
     sql = (
-        f"INSERT INTO {table_name} (memory_id, day, tasks) VALUES {rows}"
-        f" ON CONFLICT (memory_id, day) DO UPDATE SET tasks = {table_name}.tasks + 1"
+        f"WITH counted AS ({counted} RETURNING {column(MemoryState, 'memory')} AS memory_id)"
+        f" INSERT INTO {days} (memory_id, day, tasks) SELECT memory_id, %s, 1 FROM counted"
+        f" ON CONFLICT (memory_id, day) DO UPDATE SET tasks = {days}.tasks + 1"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [value for pk in distinct for value in (pk, day)])
+        cursor.execute(sql, [*params, timezone.localdate(now)])

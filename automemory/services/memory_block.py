@@ -2,12 +2,14 @@
 
 A header says the notes are past memories for reference only and asks the agent to end its
 answer with a `Memories used:` line; the notes sit between two marker lines carrying a
-random nonce, each labelled with its id (`#12`) so the agent can cite it; a `## Task`
+random nonce, each labelled with its id (`#12`) so the agent can cite it, with the code it
+cites under it (`Cites: api/client.py:40-60`); a `## Task`
 heading follows. The whole block stays within the user's `injection_max_chars`.
 """
 
 from dataclasses import dataclass
 
+from automemory.services.citations.gate import citations_note
 from automemory.services.provenance import (
     CITE_NOTE,
     FENCE_NOTE,
@@ -93,7 +95,10 @@ def render_memory_block(
         if not memories:
             continue
         lines.append(f"{SCOPE_LABELS[scope]}:")
-        lines.extend(f"- #{memory.pk} {memory_text_fenced(memory.content)}" for memory in memories)
+        lines.extend(
+            f"- #{memory.pk} {memory_text_fenced(memory.content)}{_cites(memory)}"
+            for memory in memories
+        )
     lines.extend([fence_end(nonce), "", FOOTER])
     return "\n".join(lines)
 
@@ -107,6 +112,15 @@ def memory_text_fenced(content: str) -> str:
     """
     lines = content.strip().splitlines() or [""]
     return "\n  ".join(text_neutralised(line) for line in lines)
+
+
+def _cites(memory: IdentityMemory) -> str:
+    """The memory's checked code citations, on a line of their own under its text (moved
+    ones at their new line numbers), or ""."""
+    note = getattr(memory, "code_citations_note", None)
+    if note is None:
+        note = citations_note(getattr(memory, "code_citations", None) or [])
+    return f"\n  {text_neutralised(note)}" if note else ""
 
 
 def _alternating(

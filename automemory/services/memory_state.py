@@ -36,6 +36,17 @@ def memory_state_count(
     ids = list(dict.fromkeys(memory_ids))
     if not ids:
         return
+    sql, params = memory_state_count_sql(memory_ids=ids, event=event, now=now, hold=hold)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def memory_state_count_sql(
+    *, memory_ids: list[int], event: str, now: datetime, hold: bool = False
+) -> tuple[str, list]:
+    """The upsert of `memory_state_count` (not empty `memory_ids`), for a caller that adds
+    to it (a `RETURNING`, a CTE)."""
+    ids = memory_ids
     counter, stamp = COUNTERS[event]
     state = table(MemoryState)
     names = [
@@ -66,8 +77,7 @@ def memory_state_count(
         f" WHERE m.{column(IdentityMemory, 'id')} IN ({', '.join(['%s'] * len(ids))})"
         f" ON CONFLICT ({names[0]}) DO UPDATE SET {', '.join(updates)}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *ids])
+    return sql, [*params, *ids]
 
 
 def memory_state(memory: IdentityMemory) -> MemoryState:

@@ -23,6 +23,8 @@ from types import SimpleNamespace
 from automemory import conf, ranking
 from automemory.models import FeedbackVia
 from automemory.services import feedback, injector
+from automemory.services.citations import code_views
+from automemory.services.citations import gate as citations
 from automemory.services.feedback import ReportLimitReached
 from automemory.services.redactor import redact
 from automemory.services.task_keys import TaskKeyInvalid, task_key_authenticate
@@ -176,9 +178,15 @@ def tool_search(
         limit=limit,
         personal=scope.personal,
     )
+    # Memories citing code are checked against the task's base commit; stale ones and
+    # those of another branch are not given as fact (automemory.services.citations).
+    task = scope.task
+    found = citations.memories_gate(found, lambda: code_views.view_for_task(task)).allowed(found)
     budget = conf.get("SEARCH_MAX_CHARS")
     for memory in found:
         view = _memory_view(memory, max_chars=budget)
+        if memory.code_citations:  # the code it cites, as checked (only when it cites any)
+            view["citations"] = [c.as_output() for c in memory.code_citations]
         answer["memories"].append(view)
         if _size(answer) > budget:
             answer["memories"].pop()

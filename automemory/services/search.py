@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from controlplane.rawsql import sqlite_tables_and_triggers
+
 logger = logging.getLogger(__name__)
 
 FTS_TABLE = "identity_memories_fts"
@@ -171,12 +173,7 @@ def sqlite_search_ensure(*, using: str = "default", **_kwargs) -> None:
     if connection.vendor != "sqlite":
         return
     with connection.cursor() as cursor:
-        tables = {
-            row[0]
-            for row in cursor.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
-            ).fetchall()
-        }
+        tables = sqlite_tables_and_triggers(cursor)
         if "identity_memories" not in tables or "identity_memories_fts" not in tables:
             return  # not migrated this far yet: the migration creates it
         if all(name in tables for name in _SQLITE_TRIGGERS):

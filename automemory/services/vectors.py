@@ -191,13 +191,9 @@ def store_problem(*, using: str = "default", fresh: bool = False) -> str | None:
     """Why this database cannot hold or search memory vectors, or None when it can. The
     answer is kept per process (a problem for a minute); `fresh` looks again."""
     connection = connections[using]
-    if connection.vendor == "sqlite":
-        connection.ensure_connection()
-        problem = getattr(connection, "sqlite_vec_problem", "sqlite-vec was not loaded")
-        if problem:
-            return problem
-    elif connection.vendor != "postgresql":
-        return f"no vector store for database vendor {connection.vendor!r}"
+    problem = _vendor_problem(connection)
+    if problem:
+        return problem
     cached = None if fresh else _available.get(using)
     if cached is not None and (cached[0] is None or time.monotonic() < cached[1]):
         return cached[0]
@@ -211,12 +207,10 @@ def deploy_problem(*, using: str = "default") -> str | None:
     loadable, pgvector available on the server) and, once migrated, the vector column. An
     unmigrated database is not a problem here: `migrate` creates the store."""
     connection = connections[using]
-    if connection.vendor == "sqlite":
-        connection.ensure_connection()
-        problem = getattr(connection, "sqlite_vec_problem", "sqlite-vec was not loaded")
-        if problem:
-            return problem
-    elif connection.vendor == "postgresql":
+    problem = _vendor_problem(connection)
+    if problem:
+        return problem
+    if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
             if cursor.fetchone() is None:
@@ -224,11 +218,19 @@ def deploy_problem(*, using: str = "default") -> str | None:
                     "the pgvector extension is not installed on the database server (install "
                     "the postgresql-<major>-pgvector package)"
                 )
-    else:
-        return f"no vector store for database vendor {connection.vendor!r}"
     if TABLE not in connection.introspection.table_names():
         return None
     return _column_problem(connection)
+
+
+def _vendor_problem(connection: BaseDatabaseWrapper) -> str | None:
+    """SQLite without sqlite-vec loaded, or a database other than SQLite and PostgreSQL."""
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        return getattr(connection, "sqlite_vec_problem", "sqlite-vec was not loaded")
+    if connection.vendor != "postgresql":
+        return f"no vector store for database vendor {connection.vendor!r}"
+    return None
 
 
 def _column_problem(connection: BaseDatabaseWrapper) -> str | None:

@@ -4,15 +4,14 @@ diff (`/tasks/{id}/diff`). Views validate, call one service or selector, seriali
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import status
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane import selectors
-from controlplane.access import MANAGE_REPOSITORY, READ, project_get_for, task_get_for
-from controlplane.api.common import PROJECT_ID, TASK_ID, errors, validated
+from controlplane.access import MANAGE_REPOSITORY, READ, task_get_for
+from controlplane.api.common import TASK_ID, Call, endpoint, errors, project_access
 from controlplane.api.repository_serializers import RepositoryInput, RepositoryOutput
 from controlplane.errors import NotFoundError
 from controlplane.services.repositories import (
@@ -25,55 +24,44 @@ from controlplane.services.repositories import (
 DIFF_CONTENT_TYPE = "text/x-diff; charset=utf-8"
 
 
-@extend_schema(parameters=[PROJECT_ID])
+def _repository_set(call: Call) -> Response:
+    repository, created = repository_set(
+        actor=call.user,
+        project=call.project,
+        url=call.data["url"],
+        default_branch=call.data["default_branch"],
+        credential=call.data.get("credential", KEEP),
+    )
+    return Response(RepositoryOutput(repository).data, status=201 if created else 200)
+
+
 class ProjectRepositoryView(APIView):
-    @extend_schema(
+    get = endpoint(
+        lambda call: repository_get(project=call.project),
+        access=project_access(READ),
+        output=RepositoryOutput,
         operation_id="projects_repository_retrieve",
         summary="The project's repository: URL, default branch, whether a credential is set, "
         "what the latest fetch found (members)",
-        responses={200: RepositoryOutput, **errors(401, 404)},
     )
-    def get(self, request: Request, project_id: str) -> Response:
-        project = project_get_for(user=request.user, project_id=project_id, action=READ)
-        return Response(RepositoryOutput(repository_get(project=project)).data)
-
-    @extend_schema(
+    put = endpoint(
+        _repository_set,
+        access=project_access(MANAGE_REPOSITORY),
+        body=RepositoryInput,
+        output=RepositoryOutput,
+        status=(200, 201),
         operation_id="projects_repository_set",
         summary="Attach or change the project's repository (owner only)",
         description="201 when attached, 200 when changed. The credential is write-only: "
         "stored encrypted, never returned. Changing the URL drops a stored credential "
         "unless a new one is sent.",
-        request=RepositoryInput,
-        responses={200: RepositoryOutput, 201: RepositoryOutput, **errors(400, 401, 403, 404)},
     )
-    def put(self, request: Request, project_id: str) -> Response:
-        project = project_get_for(
-            user=request.user, project_id=project_id, action=MANAGE_REPOSITORY
-        )
-        data = validated(RepositoryInput, request.data)
-        repository, created = repository_set(
-            actor=request.user,
-            project=project,
-            url=data["url"],
-            default_branch=data["default_branch"],
-            credential=data.get("credential", KEEP),
-        )
-        return Response(
-            RepositoryOutput(repository).data,
-            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
-        )
-
-    @extend_schema(
+    delete = endpoint(
+        lambda call: repository_delete(actor=call.user, project=call.project),
+        access=project_access(MANAGE_REPOSITORY),
         operation_id="projects_repository_delete",
         summary="Detach the project's repository and its credential (owner only)",
-        responses={204: None, **errors(401, 403, 404)},
     )
-    def delete(self, request: Request, project_id: str) -> Response:
-        project = project_get_for(
-            user=request.user, project_id=project_id, action=MANAGE_REPOSITORY
-        )
-        repository_delete(actor=request.user, project=project)
-        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class DiffRenderer(BaseRenderer):

@@ -10,14 +10,19 @@ from rest_framework import serializers
 
 from controlplane.access import held_for_others
 from controlplane.api.common import RejectUnknownFieldsMixin
+from controlplane.api.memory_serializers import MemoryOutput  # noqa: F401 (the API's memory)
 from controlplane.limits import (
     GOAL_MAX_CHARS,
+    MEMORY_CITATION_MAX_LINE,
+    MEMORY_CITATION_PATH_MAX_CHARS,
     MEMORY_MAX_CHARS,
+    MEMORY_MAX_CITATIONS,
     MESSAGE_MAX_CHARS,
     PROJECT_NAME_MAX_CHARS,
     PROMPT_MAX_CHARS,
 )
 from controlplane.models import (
+    USAGE_TOKEN_FIELDS,
     ApiToken,
     IdentityMemory,
     Membership,
@@ -31,11 +36,8 @@ from controlplane.models import (
     TaskKind,
     TaskStatus,
     UsageRecord,
-    memory_awaiting_approval,
 )
 from controlplane.repository_urls import BRANCH_MAX_CHARS
-from controlplane.selectors import memory_extra, memory_row
-from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
 from controlplane.services.tasks import task_injected_memory_ids, task_text_for
 from controlplane.services.tokens import TOKEN_EXPIRES_MAX_DAYS, TOKEN_NAME_MAX_CHARS
 
@@ -54,6 +56,15 @@ class StrictTextField(serializers.CharField):
             self.fail("invalid")
         if not self.allow_blank and not data.strip():
             self.fail("blank")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer (not a string, float or boolean)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
         return super().to_internal_value(data)
 
 
@@ -307,11 +318,7 @@ class TaskRunOutput(serializers.ModelSerializer):
             "executor",
             "model",
             "thread_id",
-            "input_tokens",
-            "cached_input_tokens",
-            "cache_write_input_tokens",
-            "output_tokens",
-            "reasoning_output_tokens",
+            *USAGE_TOKEN_FIELDS,
             "cost_usd",
         ]
 
@@ -319,14 +326,43 @@ class TaskRunOutput(serializers.ModelSerializer):
 # --- Memories -------------------------------------------------------------------------------
 
 
+# --- Memory citations (kept by an app: controlplane.services.memory_citations) ----------------
+
+
+class CitationInput(RejectUnknownFieldsMixin, serializers.Serializer):
+    """Lines of a file in the project's repository, checked against its default branch."""
+
+    path = StrictTextField(max_length=MEMORY_CITATION_PATH_MAX_CHARS, trim_whitespace=False)
+    start_line = StrictIntegerField(min_value=1, max_value=MEMORY_CITATION_MAX_LINE)
+    end_line = StrictIntegerField(min_value=1, max_value=MEMORY_CITATION_MAX_LINE)
+
+    def validate(self, attrs):
+        if attrs["end_line"] < attrs["start_line"]:
+            raise serializers.ValidationError({"end_line": ["must not be before start_line"]})
+        return attrs
+
+
+def _citations_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=CitationInput(),
+        max_length=MEMORY_MAX_CITATIONS,
+        required=False,
+        help_text=f"Lines of the project's code the memory speaks of (at most "
+        f"{MEMORY_MAX_CITATIONS}); each is checked against the repository's default branch.",
+        **kwargs,
+    )
+
+
 class MemoryInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(max_length=MEMORY_MAX_CHARS)
+    citations = _citations_field()
 
 
 class MemoryUpdateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     content = StrictTextField(
         max_length=MEMORY_MAX_CHARS, required=False, help_text="Absent: nothing changes."
     )
+    citations = _citations_field(allow_empty=True)
 
 
 class NoInput(RejectUnknownFieldsMixin, serializers.Serializer):
@@ -336,171 +372,6 @@ class NoInput(RejectUnknownFieldsMixin, serializers.Serializer):
 class MemoryFilterInput(serializers.Serializer):
     status = serializers.ChoiceField(choices=MemoryStatus.choices, required=False)
     source = serializers.ChoiceField(choices=MemorySource.choices, required=False)
-
-
-class _Extra:
-    """A value an app keeps about a memory in its own table (`selectors.memory_extra`), read
-    from a list's row or a memory object; `default` when no app registered it."""
-
-    def __init__(self, *, default, **kwargs) -> None:
-        self.extra_default = default
-        super().__init__(read_only=True, **kwargs)
-
-    def get_attribute(self, instance):
-        return memory_extra(instance, self.field_name, self.extra_default)
-
-
-class _ExtraInteger(_Extra, serializers.IntegerField):
-    pass
-
-
-class _ExtraDateTime(_Extra, serializers.DateTimeField):
-    pass
-
-
-class MemoryOutput(serializers.ModelSerializer):
-    source_thread_id = serializers.IntegerField(
-        source="source_task_id",
-        read_only=True,
-        allow_null=True,
-        help_text="For an auto memory: the id of the task it was extracted from.",
-    )
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
-    instruction_flags = serializers.ListField(
-        child=serializers.CharField(),
-        read_only=True,
-        help_text="Why the content reads like instructions to the agent (flag ids: "
-        + ", ".join(f"`{flag}` {label.lower()}" for flag, label in INSTRUCTION_FLAG_LABELS.items())
-        + "); empty when it does not.",
-    )
-    awaiting_approval = serializers.BooleanField(
-        read_only=True,
-        help_text="A flagged memory no project owner approved yet: it is not injected, "
-        "found or previewed (an owner's own flagged text is approved by its author).",
-    )
-    approved_by = serializers.CharField(
-        source="approved_by.username", read_only=True, default=None, allow_null=True
-    )
-    injection_count = _ExtraInteger(
-        default=0, help_text="How many tasks the memory was injected into."
-    )
-    last_injected_at = _ExtraDateTime(default=None)
-    cite_count = _ExtraInteger(
-        default=0,
-        help_text="How many tasks cited the memory as used (a `Memories used:` line, or the "
-        "memory tool's cite).",
-    )
-    last_cited_at = _ExtraDateTime(default=None)
-    report_count = _ExtraInteger(
-        default=0,
-        help_text="How many reports said the memory misled (wrong, outdated, unsafe).",
-    )
-    last_reported_at = _ExtraDateTime(default=None)
-    held_for_review = serializers.SerializerMethodField(
-        help_text="A report holds it out of injection and search until a project owner reviews "
-        "it (approves, edits or forgets it)."
-    )
-    visibility = serializers.CharField(
-        read_only=True,
-        help_text="`project`: every member sees it; `author`: held for its author (drawn from "
-        "a task that received their own memories) until they share it.",
-    )
-    source_task_ids = serializers.SerializerMethodField(
-        help_text="For an auto memory: every task whose knowledge is in it, in the order they "
-        "went in (the task that wrote it first, then those consolidation merged into it)."
-    )
-
-    def get_held_for_review(self, memory: IdentityMemory) -> bool:
-        return memory_extra(memory, "held_for_review_since", None) is not None
-
-    class Meta:
-        model = IdentityMemory
-        fields = [
-            "id",
-            "scope",
-            "project_id",
-            "content",
-            "source",
-            "source_thread_id",
-            "status",
-            "superseded_by_id",
-            "created_by",
-            "created_at",
-            "updated_at",
-            "injection_count",
-            "last_injected_at",
-            "cite_count",
-            "last_cited_at",
-            "report_count",
-            "last_reported_at",
-            "held_for_review",
-            "visibility",
-            "flagged",
-            "instruction_flags",
-            "awaiting_approval",
-            "approved_at",
-            "approved_by",
-            "archived_at",
-            "source_task_ids",
-        ]
-        read_only_fields = fields
-
-    def get_source_task_ids(self, memory: IdentityMemory) -> list[int]:
-        # Auto memory's provenance links (an app's value: `selectors.memory_extra`).
-        return memory_extra(memory, "source_task_ids", [])
-
-    def to_representation(self, memory: IdentityMemory | dict) -> dict:
-        """The fields above, read directly rather than through DRF's per-field machinery, from
-        a list's row (`selectors.MEMORY_LIST_FIELDS`) or a memory turned into one.
-
-        DRF's generic path costs about 20 field lookups and checks per field and row, this
-        one dictionary read. The output is byte for byte the generic one (a test compares).
-        """
-        row = memory if type(memory) is dict else memory_row(memory)
-        when = self._datetime_field()
-        return {
-            "id": row["pk"],
-            "scope": row["scope"],
-            "project_id": row["project_id"],
-            "content": row["content"],
-            "source": row["source"],
-            "source_thread_id": row["source_task_id"],
-            "status": row["status"],
-            "superseded_by_id": row["superseded_by_id"],
-            "created_by": row["created_by_name"] if row["created_by_id"] is not None else None,
-            "created_at": when(row["created_at"]),
-            "updated_at": when(row["updated_at"]),
-            "injection_count": row.get("injection_count", 0),
-            "last_injected_at": when(row.get("last_injected_at")),
-            "cite_count": row.get("cite_count", 0),
-            "last_cited_at": when(row.get("last_cited_at")),
-            "report_count": row.get("report_count", 0),
-            "last_reported_at": when(row.get("last_reported_at")),
-            "held_for_review": row.get("held_for_review_since") is not None,
-            "visibility": row["visibility"],
-            "flagged": row["flagged"],
-            "instruction_flags": [str(flag) for flag in row["instruction_flags"]],
-            "awaiting_approval": memory_awaiting_approval(
-                flagged=row["flagged"], approved_at=row["approved_at"]
-            ),
-            "approved_at": when(row["approved_at"]),
-            "approved_by": row["approved_by_name"] if row["approved_by_id"] is not None else None,
-            "archived_at": when(row["archived_at"]),
-            "source_task_ids": row.get("source_task_ids", []),
-        }
-
-    def _datetime_field(self):
-        """DRF's DateTimeField output (ISO 8601 in the current time zone, `Z` for UTC), None
-        for None; DRF's field costs about 10 us a value, this 1 (5 per memory)."""
-        zone = timezone.get_current_timezone()
-
-        def iso(value):
-            if value is None:
-                return None
-            text = value.astimezone(zone).isoformat()
-            return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-        return iso
 
 
 # --- Quota ----------------------------------------------------------------------------------
@@ -540,15 +411,6 @@ class QuotaInput(RejectUnknownFieldsMixin, serializers.Serializer):
 
 
 # --- API tokens -----------------------------------------------------------------------------
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer (not a string, float or boolean)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
 
 
 class TokenCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):

@@ -10,27 +10,13 @@ else the runs they record meanwhile count twice in their month (`manage.py spend
 
 from django.db import migrations
 
-TRIGGER = "usage_ledger_adds_to_month"
-
-CREATE = f"""
-CREATE TRIGGER IF NOT EXISTS {TRIGGER} AFTER INSERT ON usage_ledger
-BEGIN
-    INSERT INTO usage_monthly_spend (user_id, month, total_usd, entries, updated_at)
-    VALUES (
-        NEW.user_id, strftime('%Y-%m-01', NEW.finished_at), NEW.cost_usd, 1,
-        strftime('%Y-%m-%d %H:%M:%f', 'now')
-    )
-    ON CONFLICT (user_id, month) DO UPDATE SET
-        total_usd = usage_monthly_spend.total_usd + excluded.total_usd,
-        entries = usage_monthly_spend.entries + 1,
-        updated_at = excluded.updated_at;
-END
-"""
+from controlplane.services.usage import SQLITE_MONTH_TRIGGER as TRIGGER
+from controlplane.services.usage import sqlite_month_trigger_sql
 
 
 def create(apps, schema_editor):
     if schema_editor.connection.vendor == "sqlite":
-        schema_editor.execute(CREATE)
+        schema_editor.execute(sqlite_month_trigger_sql())
 
 
 def drop(apps, schema_editor):

@@ -23,6 +23,7 @@ from controlplane.models import (
 )
 from controlplane.services.audit import audit_record
 from controlplane.services.instructions import instruction_flags
+from controlplane.services.memory_citations import citations_prepare, citations_store
 
 logger = logging.getLogger(__name__)
 
@@ -110,15 +111,36 @@ def _audit_approved(
     )
 
 
-@transaction.atomic
-def memory_create(*, user, content: str, project: Project | None = None) -> IdentityMemory:
-    """A manual memory: about `project` when given, else about the user themself.
+def _audit_memory(action: str, *, user, memory: IdentityMemory, **data) -> None:
+    """Audit `action` by `user` on `memory`: its scope, source and project, then `data`."""
+    audit_record(
+        action=action,
+        actor=user,
+        target_type="memory",
+        target_id=memory.pk,
+        data={
+            "scope": memory.scope,
+            "source": memory.source,
+            "project_id": memory.project_id,
+            **data,
+        },
+    )
+
+
+def memory_create(
+    *, user, content: str, project: Project | None = None, citations: list[dict] | None = None
+) -> IdentityMemory:
+    """A manual memory: about `project` when given, else about the user themself, citing
+    `citations` of the project's code when given (checked first: `memory_citations`).
 
     Text flagged as instruction-like is held for a project owner's approval, unless its
     author may approve it (a project owner, or the user of a user-level memory): then it is
     approved by its author at once, recorded in `approved_by` and audited (`memory_approved`
     with `by_author`)."""
     content = memory_content_validate(content=content)
+    prepared = None
+    if citations:
+        prepared = citations_prepare(project=project, citations=citations)
     flags = instruction_flags(content)
     memory = IdentityMemory(
         scope=MemoryScope.USER if project is None else MemoryScope.PROJECT,
@@ -131,21 +153,36 @@ def memory_create(*, user, content: str, project: Project | None = None) -> Iden
         flagged=bool(flags),
     )
     by_author = _approve_by_author(user=user, memory=memory)
-    memory.save()
-    audit_record(
-        action="memory_created",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "scope": memory.scope,
-            "project_id": memory.project_id,
-            "instruction_flags": flags,
-            "awaiting_approval": memory.awaiting_approval,
-        },
-    )
-    if by_author:
-        _audit_approved(user=user, memory=memory, by_author=True)
+    with transaction.atomic():
+        memory.save()
+        if prepared is not None:
+            citations_store(memory=memory, prepared=prepared)
+        _audit_memory(
+            "memory_created",
+            user=user,
+            memory=memory,
+            instruction_flags=flags,
+            awaiting_approval=memory.awaiting_approval,
+            citations=len(citations or []),
+        )
+        if by_author:
+            _audit_approved(user=user, memory=memory, by_author=True)
+    return memory
+
+
+def memory_citations_set(*, user, memory: IdentityMemory, citations: list[dict]) -> IdentityMemory:
+    """The memory cites `citations` and nothing else (an empty list: nothing), checked
+    against its project's code before anything is written. The caller has checked the user
+    may change the memory."""
+    prepared = None
+    if citations:
+        prepared = citations_prepare(project=memory.project, citations=citations)
+    with transaction.atomic():
+        memory = memory_locked(memory)
+        citations_store(memory=memory, prepared=prepared)
+        _audit_memory(
+            "memory_citations_changed", user=user, memory=memory, citations=len(citations)
+        )
     return memory
 
 
@@ -207,20 +244,14 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
             "updated_at",
         ]
     )
-    audit_record(
-        action="memory_updated",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "scope": memory.scope,
-            "source": memory.source,
-            "project_id": memory.project_id,
-            "instruction_flags": memory.instruction_flags,
-            "previous_instruction_flags": previous_flags,
-            "approval_cleared": was_approved,
-            "awaiting_approval": memory.awaiting_approval,
-        },
+    _audit_memory(
+        "memory_updated",
+        user=user,
+        memory=memory,
+        instruction_flags=memory.instruction_flags,
+        previous_instruction_flags=previous_flags,
+        approval_cleared=was_approved,
+        awaiting_approval=memory.awaiting_approval,
     )
     if by_author:
         _audit_approved(user=user, memory=memory, by_author=True)
@@ -297,17 +328,11 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
     except IntegrityError:
         # Another active memory of the goal was written between the check and the save.
         raise ConflictError(_same_goal_message(None)) from None
-    audit_record(
-        action="memory_restored",
-        actor=user,
-        target_type="memory",
-        target_id=memory.pk,
-        data={
-            "scope": memory.scope,
-            "source": memory.source,
-            "project_id": memory.project_id,
-            "archived_at": archived_at.isoformat() if archived_at else None,
-        },
+    _audit_memory(
+        "memory_restored",
+        user=user,
+        memory=memory,
+        archived_at=archived_at.isoformat() if archived_at else None,
     )
     logger.info("memory %s restored by user %s", memory.pk, getattr(user, "pk", None))
     return memory
@@ -327,14 +352,7 @@ def memory_delete(*, user, memory: IdentityMemory) -> None:
     others get `NotFoundError` (404). The caller has checked the user may (see
     controlplane.access)."""
     memory = memory_locked(memory)
-    data = {
-        "scope": memory.scope,
-        "source": memory.source,
-        "project_id": memory.project_id,
-        "source_thread_id": memory.source_task_id,
-    }
-    memory_id = memory.pk
-    memory.delete()
-    audit_record(
-        action="memory_deleted", actor=user, target_type="memory", target_id=memory_id, data=data
+    _audit_memory(
+        "memory_deleted", user=user, memory=memory, source_thread_id=memory.source_task_id
     )
+    memory.delete()

@@ -9,7 +9,8 @@ both from the ledger and report (or repair) any drift.
 On SQLite the month's upsert is a trigger on the ledger (`SQLITE_MONTH_TRIGGER`): SQLite
 cannot write two tables in one statement, and the trigger saves the worker's finish a
 statement. On PostgreSQL the worker's finish writes the row and the month in one statement
-(`usage_ctes_postgresql`); `usage_record` upserts the month itself.
+(`usage_ctes_postgresql`); `usage_record` upserts the month itself. All three write the one
+upsert of `month_upsert_sql`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django.utils import timezone
 from controlplane.errors import DomainError
 from controlplane.models import MonthlySpend, Task, UsageKind, UsageRecord
 from controlplane.months import month_bounds, month_of
-from controlplane.rawsql import qn
+from controlplane.rawsql import qn, sqlite_tables_and_triggers
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def usage_ctes_postgresql(
     (`usage_cost_checked`); the caller adds it to the task. Returns `name AS (...), ...` and
     its parameters, in order."""
     cost_usd = usage_cost_checked(cost_usd=cost_usd, kind=kind)
-    ledger, months = qn(UsageRecord._meta.db_table), qn(MonthlySpend._meta.db_table)
+    ledger = qn(UsageRecord._meta.db_table)
     columns = [*_SOURCE_COLUMNS, "kind", "model", *tokens, "cost_usd", "finished_at"]
     columns.append("created_at")
     values = [
@@ -122,37 +123,47 @@ def usage_ctes_postgresql(
         *(["%s"] * (len(columns) - len(_SOURCE_COLUMNS))),
     ]
     now = timezone.now()
+    add_to_month = month_upsert_sql("SELECT user_id, %s, cost_usd, 1, %s FROM usage_row")
     sql = (
         f"usage_row AS (INSERT INTO {ledger} ({', '.join(qn(c) for c in columns)})"
         f" SELECT {', '.join(values)} FROM {source} s RETURNING user_id, cost_usd),"
-        f" usage_month AS (INSERT INTO {months} (user_id, month, total_usd, entries, updated_at)"
-        " SELECT user_id, %s, cost_usd, 1, %s FROM usage_row"
-        " ON CONFLICT (user_id, month) DO UPDATE SET"
-        f" total_usd = {months}.total_usd + EXCLUDED.total_usd,"
-        f" entries = {months}.entries + 1, updated_at = EXCLUDED.updated_at)"
+        f" usage_month AS ({add_to_month})"
     )
     params = [kind, model[:200], *tokens.values(), cost_usd, finished_at, now]
     params += [month_of(finished_at), now]
     return sql, params
 
 
-# SQLite: every ledger row inserted adds itself to its user's UTC month (finished_at is stored
-# as UTC text, 'YYYY-MM-DD HH:MM:SS[.ffffff]'), the same upsert as `_monthly_spend_add`.
-SQLITE_MONTH_TRIGGER = "usage_ledger_adds_to_month"
-SQLITE_MONTH_TRIGGER_SQL = f"""
-CREATE TRIGGER IF NOT EXISTS {SQLITE_MONTH_TRIGGER} AFTER INSERT ON usage_ledger
-BEGIN
-    INSERT INTO usage_monthly_spend (user_id, month, total_usd, entries, updated_at)
-    VALUES (
-        NEW.user_id, strftime('%Y-%m-01', NEW.finished_at), NEW.cost_usd, 1,
-        strftime('%Y-%m-%d %H:%M:%f', 'now')
+def month_upsert_sql(rows: str) -> str:
+    """The upsert that adds ledger rows to their users' months, whoever runs it (`usage_record`
+    on PostgreSQL, the worker's finish there, the SQLite trigger): `rows` gives (user_id,
+    month, total_usd, entries, updated_at), a VALUES list or a SELECT. Atomic on both
+    databases: the first writer of a month inserts its row, later (and concurrent) ones add
+    to it under its row lock."""
+    months = f'"{MonthlySpend._meta.db_table}"'
+    return (
+        f"INSERT INTO {months} (user_id, month, total_usd, entries, updated_at) {rows}"
+        " ON CONFLICT (user_id, month) DO UPDATE SET"
+        f" total_usd = {months}.total_usd + EXCLUDED.total_usd,"
+        f" entries = {months}.entries + EXCLUDED.entries, updated_at = EXCLUDED.updated_at"
     )
-    ON CONFLICT (user_id, month) DO UPDATE SET
-        total_usd = usage_monthly_spend.total_usd + excluded.total_usd,
-        entries = usage_monthly_spend.entries + 1,
-        updated_at = excluded.updated_at;
-END
-"""
+
+
+# SQLite: every ledger row inserted adds itself to its user's UTC month (finished_at is stored
+# as UTC text, 'YYYY-MM-DD HH:MM:SS[.ffffff]').
+SQLITE_MONTH_TRIGGER = "usage_ledger_adds_to_month"
+
+
+def sqlite_month_trigger_sql() -> str:
+    """The SQLite trigger that runs `month_upsert_sql` for each ledger row inserted."""
+    row = (
+        "VALUES (NEW.user_id, strftime('%Y-%m-01', NEW.finished_at), NEW.cost_usd, 1,"
+        " strftime('%Y-%m-%d %H:%M:%f', 'now'))"
+    )
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS {SQLITE_MONTH_TRIGGER} AFTER INSERT ON usage_ledger"
+        f" BEGIN {month_upsert_sql(row)}; END"
+    )
 
 
 def _month_by_trigger() -> bool:
@@ -170,12 +181,7 @@ def sqlite_month_trigger_ensure(*, using: str = "default", **_kwargs) -> None:
     if conn.vendor != "sqlite":
         return
     with conn.cursor() as cursor:
-        names = {
-            row[0]
-            for row in cursor.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')"
-            ).fetchall()
-        }
+        names = sqlite_tables_and_triggers(cursor)
         if "usage_ledger" not in names or SQLITE_MONTH_TRIGGER in names:
             return
         if "usage_monthly_spend" not in names:
@@ -184,24 +190,14 @@ def sqlite_month_trigger_ensure(*, using: str = "default", **_kwargs) -> None:
             "the monthly spend trigger was missing (table rebuilt); re-creating it: run "
             "`manage.py spend_check --fix` if runs were recorded meanwhile"
         )
-        cursor.execute(SQLITE_MONTH_TRIGGER_SQL)
+        cursor.execute(sqlite_month_trigger_sql())
 
 
 def _monthly_spend_add(*, user_id: int, month: date, cost_usd: Decimal) -> None:
-    """Add one entry of `cost_usd` to the user's month: one INSERT ... ON CONFLICT DO UPDATE.
-
-    The statement is atomic on SQLite and PostgreSQL alike: the first writer of a month inserts
-    the row, later (and concurrent) ones add to it under its row lock.
-    """
-    table = connection.ops.quote_name(MonthlySpend._meta.db_table)
+    """Add one entry of `cost_usd` to the user's month (`month_upsert_sql`)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (user_id, month, total_usd, entries, updated_at) "
-            "VALUES (%s, %s, %s, 1, %s) "
-            "ON CONFLICT (user_id, month) DO UPDATE SET "
-            f"total_usd = {table}.total_usd + EXCLUDED.total_usd, "
-            f"entries = {table}.entries + 1, "
-            "updated_at = EXCLUDED.updated_at",
+            month_upsert_sql("VALUES (%s, %s, %s, 1, %s)"),
             [
                 user_id,
                 connection.ops.adapt_datefield_value(month),

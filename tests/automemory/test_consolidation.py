@@ -24,24 +24,16 @@ from automemory.services.extraction.writing import Action, Decision, memory_deci
 from automemory.services.text import goal_key
 from controlplane.models import (
     IdentityMemory,
-    MemorySource,
     MemoryStatus,
     TaskEvent,
     UsageKind,
     UsageRecord,
 )
 from tests.automemory.fake_openai import answer, http_error, raw_answer
+from tests.automemory.helpers import auto_memories, log_of
 
 MODEL = "fake-consolidator"
 SECRET = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
-
-
-def log_of(task):
-    return AutoMemoryLog.objects.get(task=task)
-
-
-def auto_memories(**filters):
-    return IdentityMemory.objects.filter(source=MemorySource.AUTO, **filters)
 
 
 def decision(action, *, memory_id=None, memory_ids=(), text="", reason="because"):
@@ -62,11 +54,6 @@ def links_of(memory):
         .order_by("created_at", "id")
         .values_list("task_id", "merged")
     )
-
-
-@pytest.fixture
-def on(auto_memory_on, alice):
-    return auto_memory_on(alice)
 
 
 @pytest.fixture
@@ -497,6 +484,7 @@ def test_a_task_needing_two_calls_waits_whole_when_only_one_is_left(
             "kind": "fact",
             "memory": "Run ops/deploy.sh with the staging flag set.",
             "keywords": ["deploy"],
+            "citations": [],
             "reason": "a pitfall",
         }
     )

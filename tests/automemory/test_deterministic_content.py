@@ -3,9 +3,9 @@
 import pytest
 from django.core.management import call_command
 
-from automemory.models import AutoMemoryLog
 from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import IdentityMemory, MemorySource
+from tests.automemory.helpers import log_of
 
 BADGE = "Add a CI badge to the README"
 LEARNED = "Used the shields.io badge of the ci.yml workflow; it needs the default branch name."
@@ -18,10 +18,6 @@ def on(auto_memory_on, alice):
 
 def memory_of(task):
     return IdentityMemory.objects.get(source=MemorySource.AUTO, source_task=task)
-
-
-def log_of(task):
-    return AutoMemoryLog.objects.get(task=task)
 
 
 @pytest.mark.parametrize(

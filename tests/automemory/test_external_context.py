@@ -18,12 +18,11 @@ from automemory.models import AutoMemoryLog, AutoMemorySettings
 from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
     AuditEvent,
-    IdentityMemory,
-    MemorySource,
     MemoryStatus,
     TaskEvent,
     TaskStatus,
 )
+from tests.automemory.helpers import auto_memories, log_of
 
 SETTINGS_URL = "/users/me/auto-memory-settings"
 RUN_URL = "/users/me/auto-memory/run"
@@ -60,19 +59,6 @@ def later_turn(task, *events):
     task.status = TaskStatus.COMPLETED
     task.finished_at = timezone.now()
     task.save()
-
-
-def log_of(task):
-    return AutoMemoryLog.objects.get(task=task)
-
-
-def auto_memories(**filters):
-    return IdentityMemory.objects.filter(source=MemorySource.AUTO, **filters)
-
-
-@pytest.fixture
-def on(auto_memory_on, alice):
-    return auto_memory_on(alice)
 
 
 # --- The gate ----------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import pytest
 from django.utils import timezone
 
 from automemory.local_model import MODEL_NAME, LocalModelServer, local_model_missing
-from automemory.models import AutoMemoryLog
 from automemory.services.extraction import model as extraction_model
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories
@@ -34,6 +33,7 @@ from controlplane.models import (
     TaskStatus,
     UsageRecord,
 )
+from tests.automemory.helpers import log_of
 
 pytestmark = pytest.mark.local_model
 
@@ -136,10 +136,6 @@ def completed(task_factory, project, alice):
 
 def auto_memory_of(task):
     return IdentityMemory.objects.filter(source=MemorySource.AUTO, source_task=task).first()
-
-
-def log_of(task):
-    return AutoMemoryLog.objects.get(task=task)
 
 
 def copied_line(memory: str, transcript: str, *, words: int = 12) -> str | None:

@@ -34,7 +34,7 @@ def test_the_project_memories_page_reads_the_list_index_in_order(project, alice)
             created_by=alice,
         )
 
-    plan = page_plan(selectors.project_memories_list(project=project, user=alice))
+    plan = page_plan(selectors.console_memory_list(project=project, user=alice))
 
     assert INDEX in plan, plan
     assert "TEMP B-TREE" not in plan.upper(), plan  # SQLite: no sort of the rows

@@ -18,7 +18,6 @@ from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories
 from controlplane.models import (
     IdentityMemory,
-    MemorySource,
     MonthlySpend,
     Task,
     UsageKind,
@@ -26,6 +25,7 @@ from controlplane.models import (
 )
 from controlplane.services.usage import monthly_spend_verify, task_cost_verify, usage_record
 from tests.automemory.fake_openai import answer, hang, http_error, raw_answer
+from tests.automemory.helpers import auto_memories, log_of
 
 MODEL = "gpt-5-mini"
 GOOD = {
@@ -33,6 +33,7 @@ GOOD = {
     "kind": "fact",
     "memory": "Run `make test` for the suite; DATABASE_URL switches it to PostgreSQL.",
     "keywords": ["tests", "postgresql", "Tests"],
+    "citations": [],
     "reason": "a command later tasks need",
 }
 NOTHING = {
@@ -40,16 +41,9 @@ NOTHING = {
     "kind": "none",
     "memory": "",
     "keywords": [],
+    "citations": [],
     "reason": "a one-off rename",
 }
-
-
-def log_of(task):
-    return AutoMemoryLog.objects.get(task=task)
-
-
-def auto_memories(**filters):
-    return IdentityMemory.objects.filter(source=MemorySource.AUTO, **filters)
 
 
 def memory_rows(**filters):

@@ -17,6 +17,7 @@ GOOD = {
     "kind": "gotcha",
     "memory": "The API tests need Redis on 127.0.0.1:6379; `.ci/run` starts it when it is down.",
     "keywords": ["redis", "tests"],
+    "citations": [],
     "reason": "an environment requirement",
 }
 # What llama-cpp-python's server answers a `json_schema` response format with (HTTP 500).

@@ -84,6 +84,7 @@ def test_it_leaves_a_key_out_of_a_models_answer():
         "kind": "fact",
         "memory": "The deploy script reads its key from the vault, never from the repo.",
         "keywords": [spaced(240)],
+        "citations": [],
         "reason": spaced(800),
     }
 

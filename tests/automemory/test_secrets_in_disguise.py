@@ -67,11 +67,6 @@ def test_a_manual_memory_holding_a_disguised_secret_is_refused(
     assert not IdentityMemory.objects.exists()
 
 
-@pytest.fixture
-def on(auto_memory_on, alice):
-    return auto_memory_on(alice)
-
-
 @pytest.mark.django_db
 def test_disguised_secrets_do_not_survive_into_an_auto_memory(task_factory, project, alice, on):
     result = " ".join(content for content, _hidden in DISGUISED.values())

@@ -167,6 +167,7 @@ def test_the_command_changes_settings_and_the_next_sweep_sees_it(alice, skipped_
                 "kind": "fact",
                 "memory": "Login sessions are checked in auth.py.",
                 "keywords": ["auth"],
+                "citations": [],
                 "reason": "a convention",
             }
         )

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # The last migrations before auto memory's state left the host's tables.
 BEFORE = [
-    ("automemory", "0017_memory_injection_days"),
+    ("automemory", "0019_memory_citations"),
     ("controlplane", "0018_repositories_and_task_branches"),
 ]
 

@@ -13,7 +13,6 @@ from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
     IdentityMemory,
     MemoryScope,
-    MemorySource,
     MemoryStatus,
     Quota,
     Task,
@@ -22,14 +21,7 @@ from controlplane.models import (
     TaskStatus,
 )
 from controlplane.services.usage import usage_record
-
-
-def log_of(task):
-    return AutoMemoryLog.objects.get(task=task)
-
-
-def auto_memories(**filters):
-    return IdentityMemory.objects.filter(source=MemorySource.AUTO, **filters)
+from tests.automemory.helpers import auto_memories, log_of
 
 
 def spend(task, cost_usd):
@@ -37,11 +29,6 @@ def spend(task, cost_usd):
     usage_record(
         user_id=task.user_id, task_id=task.pk, cost_usd=cost_usd, finished_at=timezone.now()
     )
-
-
-@pytest.fixture
-def on(auto_memory_on, alice):
-    return auto_memory_on(alice)
 
 
 def test_it_extracts_a_completed_idle_task_into_a_project_memory(task_factory, project, alice, on):

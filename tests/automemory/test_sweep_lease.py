@@ -45,6 +45,7 @@ GOOD = {
     "kind": "fact",
     "memory": "Run `make test` for the suite; DATABASE_URL switches it to PostgreSQL.",
     "keywords": ["tests", "postgresql"],
+    "citations": [],
     "reason": "a command later tasks need",
 }
 NOTHING = {
@@ -52,6 +53,7 @@ NOTHING = {
     "kind": "none",
     "memory": "",
     "keywords": [],
+    "citations": [],
     "reason": "one-off",
 }
 TTL = 600
@@ -339,6 +341,7 @@ DEPLOY = {
     "kind": "fact",
     "memory": "The deploy script ops/deploy.sh fails unless the staging flag is set.",
     "keywords": ["deploy", "staging"],
+    "citations": [],
     "reason": "a pitfall",
 }
 ADD = answer({"action": "add", "memory_id": None, "memory_ids": [], "text": "", "reason": "new"})

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from automemory.models import MemorySourceTask
 from controlplane.api.serializers import MemoryOutput
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus
-from controlplane.selectors import memory_list_for_project, memory_list_for_user
+from controlplane.selectors import memory_list
 
 
 @pytest.fixture
@@ -53,14 +53,14 @@ def varied_memories(project, alice, bob, memory_factory, task_factory):
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/St_Johns"])
 def test_the_direct_representation_is_drf_s_generic_one(varied_memories, alice, zone):
     rows = [
-        *memory_list_for_project(project=varied_memories, user=alice),
-        *memory_list_for_user(user=alice),
+        *MemoryOutput.rows(memory_list(project=varied_memories, user=alice)),
+        *MemoryOutput.rows(memory_list(user=alice)),
     ]
     assert len(rows) == 5
     serializer = MemoryOutput()
     with timezone.override(zone):
         for row in rows:
-            memory = IdentityMemory.objects.get(pk=row["pk"])
+            memory = IdentityMemory.objects.get(pk=row["id"])
             generic = serializers.ModelSerializer.to_representation(serializer, memory)
             for direct in (MemoryOutput(row).data, MemoryOutput(memory).data):
                 assert direct == generic

@@ -275,7 +275,7 @@ class TestCarryOver:
                 migration.carry_over_task_costs(django_apps, None)
             finally:
                 with connection.cursor() as cursor:
-                    cursor.execute(usage.SQLITE_MONTH_TRIGGER_SQL)
+                    cursor.execute(usage.sqlite_month_trigger_sql())
 
         return run
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from automemory.services.citations.gate import CodeView
 from controlplane.credentials import CredentialUnreadable
 from controlplane.git import GitError, Remote
 from controlplane.models import Repository, Task
@@ -78,6 +79,19 @@ class Workspace:
     @property
     def checkout(self) -> TaskCheckout:
         return TaskCheckout(objects=(self.paths.git_dir / "objects", self.mirror / "objects"))
+
+
+def workspace_code_view(workspace: Workspace | None) -> CodeView | None:
+    """The code the task starts from, as the injection checks memories citing code against
+    it: the mirror and the base commit (None for a task without a repository)."""
+    if workspace is None:
+        return None
+    return CodeView(
+        git_dir=workspace.mirror,
+        commit=workspace.base_commit,
+        branch=workspace.branch,
+        default_branch=workspace.repository.default_branch,
+    )
 
 
 def workspace_open(task: Task) -> Workspace | None:

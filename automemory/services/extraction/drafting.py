@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from automemory.models import AutoMemorySettings, ExtractionDraft, Reason
+from automemory.models.citations import MAX_CITATIONS_PER_MEMORY
 from automemory.services.extraction.candidates import Candidate
 from automemory.services.extraction.deterministic import render_memory_content
 from automemory.services.extraction.model import (
@@ -51,13 +52,16 @@ class MemoryDraft:
     deterministic strategy); `note` is a line for the task's log detail (the deterministic
     text was written because the model was away, the extraction was kept from an earlier
     sweep); `kind` is the extraction model's kind of fact (`model.KINDS`; "" when not
-    known: the memory table does not keep it).
+    known: the memory table does not keep it). `citations`: the lines of code the extraction
+    model says the memory speaks of (unchecked); None for the deterministic text (its
+    citations come from the task's diff: automemory.services.citations.extracted).
     """
 
     content: str
     keywords: list[str] = field(default_factory=list)
     note: str = ""
     kind: str = ""
+    citations: tuple[dict, ...] | None = None
 
 
 class NoDurableSignal(Exception):
@@ -153,6 +157,19 @@ def answer_draft(answer: dict, *, injected: Sequence[Fingerprint] = ()) -> Memor
         content=memory,
         keywords=keywords_clean(answer["keywords"], limit=MAX_KEYWORDS),
         kind=kind if kind != "none" else "",
+        citations=_citations(answer.get("citations")),
+    )
+
+
+def _citations(value: object) -> tuple[dict, ...]:
+    """The answer's citations, well formed or not (each is checked before it is kept): one
+    more than MAX_CITATIONS_PER_MEMORY at most, so the check can say some were cut."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        {key: item.get(key) for key in ("path", "start_line", "end_line")}
+        for item in value[: MAX_CITATIONS_PER_MEMORY + 1]
+        if isinstance(item, dict)
     )
 
 

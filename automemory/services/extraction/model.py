@@ -3,7 +3,8 @@
 Used when the user's `extract_model` is set. The model is shown the task's goal, prompt,
 final result and a compact list of its events, each cleaned of the memories injected into
 the task and redacted, as one JSON document between two marker lines it is told hold data,
-not instructions. It answers `{"reason", "worth_remembering", "kind", "memory", "keywords"}`
+not instructions. It answers `{"reason", "worth_remembering", "kind", "memory", "keywords",
+"citations"}`
 (`EXTRACTION_SCHEMA`); the memory is capped at `AUTOMEMORY_MEMORY_MAX_CHARS`, cleaned and
 redacted again (`automemory.services.text`). The call itself (budget, ledger, schema check,
 repair) is `llm.model_json_call`; the cleaned answer is kept as the task's draft in the
@@ -43,8 +44,23 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
         "kind": {"type": "string", "enum": list(KINDS)},
         "memory": {"type": "string"},
         "keywords": {"type": "array", "items": {"type": "string"}},
+        # The lines of the task's code the memory speaks of (checked against the task's head
+        # commit before they are kept: automemory.services.citations.extracted).
+        "citations": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "start_line": {"type": "integer"},
+                    "end_line": {"type": "integer"},
+                },
+                "required": ["path", "start_line", "end_line"],
+                "additionalProperties": False,
+            },
+        },
     },
-    "required": ["reason", "worth_remembering", "kind", "memory", "keywords"],
+    "required": ["reason", "worth_remembering", "kind", "memory", "keywords", "citations"],
     "additionalProperties": False,
 }
 MAX_KEYWORDS = 8
@@ -86,7 +102,9 @@ a line of the task, never tell what the task did ("I fixed", "the task", "we");
 
 Answer with one JSON object and nothing else: "reason" (one short sentence: why it is or is \
 not worth remembering), "worth_remembering" (true or false), "kind" (fact, gotcha, \
-preference or none), "memory", "keywords" (at most {max_keywords} short search words).
+preference or none), "memory", "keywords" (at most {max_keywords} short search words), \
+"citations" (the lines of the task's changed files the memory speaks of, each {{"path", \
+"start_line", "end_line"}} as the data's changed_files and events show them; [] when none).
 
 Example. Data: {{"goal": "Fix the flaky upload test", "result": "test_upload failed on \
 CI only. The runner mounts /tmp noexec, so the helper binary could not start. I set \
@@ -94,7 +112,7 @@ TMPDIR=$PWD/tmp in .ci/run and it passes now."}}
 Answer: {{"reason": "a CI pitfall that later tasks would hit again", "worth_remembering": \
 true, "kind": "gotcha", "memory": "CI mounts /tmp noexec: programs the tests start from \
 /tmp fail there, so .ci/run points TMPDIR at $PWD/tmp.", "keywords": ["ci", "tmp", \
-"noexec", "TMPDIR"]}}
+"noexec", "TMPDIR"], "citations": [{{"path": ".ci/run", "start_line": 3, "end_line": 3}}]}}
 
 This time the data lies between "BEGIN TASK DATA {nonce}" and "END TASK DATA {nonce}"."""
 
@@ -126,6 +144,11 @@ def task_document(task: Task, *, injected: Sequence[Fingerprint] = ()) -> dict[s
             task.result_text or "", conf.get("MODEL_INPUT_RESULT_CHARS"), fingerprints=injected
         ),
         "events": events,
+        "changed_files": [
+            str(item.get("path"))[:300]
+            for item in (task.changed_files or [])[:50]
+            if isinstance(item, dict)
+        ],
     }
 
 

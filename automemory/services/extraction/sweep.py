@@ -31,6 +31,7 @@ from django.utils import timezone
 from automemory import conf, metrics
 from automemory.models import Outcome, Reason, SweepState
 from automemory.services import retention, vectors
+from automemory.services.citations import revalidation
 from automemory.services.extraction.candidates import (
     Candidate,
     CandidateRead,
@@ -133,7 +134,8 @@ class GlobalSweeper:
 
     def run(self, *, wait: float = 0) -> SweepSummary | None:
         """One turn of a worker's sweeper: the sweep (waiting up to `wait` seconds for the
-        lease), the embedding pass (memories written or edited since get their vectors),
+        lease), the embedding pass (memories written or edited since get their vectors), the
+        revalidation of memories whose cited code changed (`citations.revalidation`),
         then the retention pass when due (at most once per
         `AUTOMEMORY_RETENTION_INTERVAL_SECONDS`; a failed pass also waits)."""
         summary = self.sweep(wait=wait)
@@ -142,6 +144,10 @@ class GlobalSweeper:
         embedded = vectors.embeddings_refresh()
         if embedded.embedded:
             logger.info("embedded %s memories in %.2f s", embedded.embedded, embedded.seconds)
+        # Memories whose cited code changed, revalidated by their author's model.
+        revalidated = revalidation.stale_memories_revalidate(calls=SweepModelCalls())
+        if revalidated.kept or revalidated.updated or revalidated.retired:
+            logger.info("memories whose code changed: %s", revalidated)
         if time.monotonic() >= self._retention_due_at:
             self._retention_due_at = time.monotonic() + retention.retention_interval_seconds()
             retention.memories_archive_unused(now=timezone.now())  # logs what it archived
@@ -314,6 +320,7 @@ def _extract(
             force=force,
             held=candidate.held_for_author,
             discard_draft=candidate.may_have_draft,
+            citations=draft.citations,
         )
     except ModelCallCapReached:
         return None

@@ -30,6 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from automemory.models import AutoMemoryLog, ExtractionDraft, MemorySourceTask, Outcome, Reason
+from automemory.services.citations.extracted import task_citations, task_citations_store
 from automemory.services.extraction.log import Verdict, log_row_write
 from automemory.services.text import keywords_clean
 from controlplane.models import (
@@ -53,6 +54,9 @@ class Action:
 
 
 ACTIONS = (Action.ADD, Action.UPDATE, Action.SUPERSEDE, Action.NOOP)
+# The reasons of a write that made a new memory (it gets the task's citations; a merge keeps
+# the citations its memory had).
+WRITTEN_NEW = (Reason.NEW, Reason.SUPERSEDED, Reason.SUPERSEDED_ON_WRITE, Reason.HELD_FOR_AUTHOR)
 
 
 @dataclass(frozen=True)
@@ -102,13 +106,18 @@ def extraction_write(
     held: bool = False,
     discard_draft: bool = True,
     attempts: int = 3,
+    citations: Sequence[dict] | None = (),
 ) -> Verdict:
     """Write the task's memory as `decision` says, with its log row, in one transaction, and
     forget its kept draft (`discard_draft`: it may have one); return the verdict (logged).
 
     Raises `AlreadyExtracted` when another writer won the one-memory-per-task race; retries
-    a lost one-active-per-goal race. `note` goes in front of the log detail.
+    a lost one-active-per-goal race. `note` goes in front of the log detail. `citations`:
+    the model's (None: from the task's diff), checked against the task's head commit before
+    the transaction; a new memory gets those that hold, the detail says which were dropped.
     """
+    cited = task_citations(task, None if citations is None else list(citations), content=content)
+    note = "; ".join(part for part in (note, cited.note) if part)
     for attempt in range(attempts):
         try:
             with transaction.atomic():
@@ -120,6 +129,8 @@ def extraction_write(
                     decision=decision,
                     held=held,
                 )
+                if written.memory_id is not None and written.reason in WRITTEN_NEW:
+                    task_citations_store(written.memory_id, cited)
                 detail = f"{note}; {written.detail}" if note and written.detail else note
                 detail = detail or written.detail
                 verdict = Verdict(

@@ -14,7 +14,7 @@ from django.utils import timezone
 from automemory import selectors
 from automemory.models import FeedbackKind, MemoryFeedback, MemoryState, task_injected_ids
 from automemory.services.feedback import memories_shown_record, memory_cite, memory_report
-from automemory.services.injector import injection_days_record
+from automemory.services.injector import injections_count
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, Task, TaskStatus
 from controlplane.services import memories as memory_services
 from tests.conftest import memory_usage_of
@@ -390,7 +390,7 @@ def health_story(project, alice, bob, task_factory, memory_factory, *, extra=0):
             project, alice, completed=True, injected_memory_ids=received, started_at=started
         )
         # As the injector counts it, on the day the task started.
-        injection_days_record(memory_ids=received, day=timezone.localdate(started))
+        injections_count(memory_ids=received, now=started)
         tasks.append(task)
     for task in tasks[:3]:
         memory_cite(task=task, memory_ids=[used.pk])

@@ -44,7 +44,7 @@ class Migration(migrations.Migration):
     run_before = [("controlplane", "0019_task_memory_state_out")]
 
     dependencies = [
-        ('automemory', '0017_memory_injection_days'),
+        ('automemory', '0019_memory_citations'),
         ('controlplane', '0018_repositories_and_task_branches'),
     ]
 

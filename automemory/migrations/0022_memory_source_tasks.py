@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
     table as it is (no row copied, none lost), then the table takes auto memory's name."""
 
     dependencies = [
-        ("automemory", "0019_memory_state"),
+        ("automemory", "0021_memory_state"),
         ("controlplane", "0021_memory_source_tasks_out"),
     ]
 
