@@ -41,7 +41,7 @@ class MemoryHooks:
     prefix: str = ""
     memory_ids: list = field(default_factory=list)
 
-    def inject(self, *, task, prompt, goal, actor_label="", preferences=None):
+    def inject(self, *, task, prompt, goal, actor_label="", preferences=None, code=None):
         self.inject_calls.append({"task_id": task.pk, "prompt": prompt, "goal": goal})
         if self.inject_error:
             raise self.inject_error
