@@ -7,67 +7,16 @@ goes through the rows (`MemoryOutput.rows`), one memory object through DRF's fie
 holds the two equal field for field.
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from operator import itemgetter
-from typing import Any
-
-from django.db.models import Expression, F, QuerySet
-from django.utils import timezone
-from drf_spectacular.drainage import set_override
+from django.db.models import F
 from drf_spectacular.types import OpenApiTypes
 from rest_framework import serializers
 
+from controlplane.api.row_output import ObjectValue as MemoryValue
+from controlplane.api.row_output import OutputField as MemoryField
+from controlplane.api.row_output import RowOutput, column
 from controlplane.models import IdentityMemory, memory_awaiting_approval
 from controlplane.selectors import SourceTaskIds
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
-
-
-class MemoryValue(serializers.Field):
-    """A read-only output computed from the whole memory object by `of_memory`; `schema` is its
-    OpenAPI type (a basic type or a serializer field)."""
-
-    def __init__(self, of_memory: Callable[[IdentityMemory], Any], schema, **kwargs):
-        super().__init__(source="*", read_only=True, **kwargs)
-        self.of_memory = of_memory
-        set_override(self, "field", schema)
-
-    def to_representation(self, memory: IdentityMemory):
-        return self.of_memory(memory)
-
-
-def _iso(value, zone) -> str | None:
-    """DRF's DateTimeField output (ISO 8601 in `zone`, `Z` for UTC), None for None; DRF's
-    field costs about 10 us a value, this 1."""
-    if value is None:
-        return None
-    text = value.astimezone(zone).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
-@dataclass(frozen=True)
-class MemoryField:
-    """One output field of a memory.
-
-    `reads`: the row's keys, each a model column or an expression (a bare name: the model
-    column of that name). `value`: the output from the row (default: the row's first key).
-    `drf`: the DRF field (default: built by ModelSerializer from the model field `name`).
-    `when`: the value is a datetime, written as DRF writes one.
-    """
-
-    name: str
-    reads: dict[str, str | Expression] = field(default_factory=dict)
-    value: Callable[[dict], Any] | None = None
-    drf: serializers.Field | None = None
-    when: bool = False
-
-    def row_value(self) -> Callable[[dict], Any]:
-        return self.value or itemgetter(next(iter(self.reads), self.name))
-
-
-def column(name: str, **options) -> MemoryField:
-    """A field that is the model's column of the same name."""
-    return MemoryField(name, reads={name: name}, **options)
 
 
 def counter(name: str, help_text: str) -> MemoryField:
@@ -178,47 +127,12 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
     ),
 )
 
-_COLUMNS = [
-    name for entry in MEMORY_OUTPUT for name, read in entry.reads.items() if isinstance(read, str)
-]
-_EXPRESSIONS = {
-    name: read
-    for entry in MEMORY_OUTPUT
-    for name, read in entry.reads.items()
-    if not isinstance(read, str)
-}
-_ROW_VALUES = [(entry.name, entry.row_value(), entry.when) for entry in MEMORY_OUTPUT]
 
-
-# A memory: its fields are `MEMORY_OUTPUT`'s, in that order. (A comment: the schema would show
-# a docstring as the output's description.)
-class MemoryOutput(serializers.ModelSerializer):
+# A memory: its fields are `MEMORY_OUTPUT`'s, in that order; a list's page goes through
+# `MemoryOutput.rows`. (A comment: the schema would show a docstring as the output's
+# description.)
+class MemoryOutput(RowOutput):
     class Meta:
         model = IdentityMemory
-        fields = [entry.name for entry in MEMORY_OUTPUT]
-        read_only_fields = fields
-
-    @staticmethod
-    def rows(memories: QuerySet[IdentityMemory]) -> QuerySet:
-        """The memories as rows of what the output reads: a page of any size is one statement
-        (no model, user or link objects built)."""
-        return memories.values(*_COLUMNS, **_EXPRESSIONS)
-
-    def to_representation(self, memory: IdentityMemory | dict) -> dict:
-        """A list's row (`rows`) read directly, one dictionary read a field rather than DRF's
-        per-field machinery (about 20 lookups and checks a field); a memory object through
-        DRF's fields. The two are equal field for field (a test compares)."""
-        if type(memory) is dict:
-            zone = timezone.get_current_timezone()
-            return {
-                name: _iso(value(memory), zone) if when else value(memory)
-                for name, value, when in _ROW_VALUES
-            }
-        return super().to_representation(memory)
-
-
-# The entries' own DRF fields, as if declared in the class body (ModelSerializer builds the
-# others from the model).
-for _entry in MEMORY_OUTPUT:
-    if _entry.drf is not None:
-        MemoryOutput._declared_fields[_entry.name] = _entry.drf
+        output = MEMORY_OUTPUT
+        read_only_fields = [entry.name for entry in MEMORY_OUTPUT]
