@@ -73,6 +73,10 @@ def test_a_row_written_directly_is_drf_s_generic_output(varied_log, alice, zone)
                 assert [type(value) for value in direct.values()] == [
                     type(value) for value in generic.values()
                 ]
+        # A page's rows in one pass, as one at a time.
+        assert AutoMemoryLogSerializer(rows, many=True).data == [
+            AutoMemoryLogSerializer(row).data for row in rows
+        ]
 
 
 def test_the_api_lists_them_as_before(api_client_for, alice, varied_log):

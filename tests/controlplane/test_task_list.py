@@ -63,6 +63,10 @@ def test_a_row_written_directly_is_drf_s_generic_output(varied_tasks, alice, zon
                 assert [type(value) for value in direct.values()] == [
                     type(value) for value in generic.values()
                 ]
+        # A page's rows in one pass, as one at a time.
+        assert TaskSummaryOutput(rows, many=True).data == [
+            TaskSummaryOutput(row).data for row in rows
+        ]
 
 
 def test_the_api_lists_them_as_before(api_client_for, alice, varied_tasks):
