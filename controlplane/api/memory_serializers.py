@@ -7,34 +7,15 @@ goes through the rows (`MemoryOutput.rows`), one memory object through DRF's fie
 holds the two equal field for field.
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from operator import itemgetter
-from typing import Any
-
-from django.db.models import Expression, F, QuerySet
-from django.utils import timezone
-from drf_spectacular.drainage import set_override
+from django.db.models import F
 from drf_spectacular.types import OpenApiTypes
 from rest_framework import serializers
 
+from controlplane.api.row_output import ObjectValue, OutputField, RowOutput, column
 from controlplane.models import IdentityMemory, memory_awaiting_approval
 from controlplane.selectors import SourceTaskIds
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
 from controlplane.services.memory_citations import citations_column, citations_read
-
-
-class MemoryValue(serializers.Field):
-    """A read-only output computed from the whole memory object by `of_memory`; `schema` is its
-    OpenAPI type (a basic type or a serializer field)."""
-
-    def __init__(self, of_memory: Callable[[IdentityMemory], Any], schema, **kwargs):
-        super().__init__(source="*", read_only=True, **kwargs)
-        self.of_memory = of_memory
-        set_override(self, "field", schema)
-
-    def to_representation(self, memory: IdentityMemory):
-        return self.of_memory(memory)
 
 
 class CitationOutput(serializers.Serializer):
@@ -48,52 +29,18 @@ class CitationOutput(serializers.Serializer):
     )
 
 
-def _iso(value, zone) -> str | None:
-    """DRF's DateTimeField output (ISO 8601 in `zone`, `Z` for UTC), None for None; DRF's
-    field costs about 10 us a value, this 1."""
-    if value is None:
-        return None
-    text = value.astimezone(zone).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
-@dataclass(frozen=True)
-class MemoryField:
-    """One output field of a memory.
-
-    `reads`: the row's keys, each a model column or an expression (a bare name: the model
-    column of that name). `value`: the output from the row (default: the row's first key).
-    `drf`: the DRF field (default: built by ModelSerializer from the model field `name`).
-    `when`: the value is a datetime, written as DRF writes one.
-    """
-
-    name: str
-    reads: dict[str, str | Expression] = field(default_factory=dict)
-    value: Callable[[dict], Any] | None = None
-    drf: serializers.Field | None = None
-    when: bool = False
-
-    def row_value(self) -> Callable[[dict], Any]:
-        return self.value or itemgetter(next(iter(self.reads), self.name))
-
-
-def column(name: str, **options) -> MemoryField:
-    """A field that is the model's column of the same name."""
-    return MemoryField(name, reads={name: name}, **options)
-
-
-def counter(name: str, help_text: str) -> MemoryField:
+def counter(name: str, help_text: str) -> OutputField:
     """A usage counter: the model's column of the same name, described."""
     return column(name, drf=serializers.IntegerField(read_only=True, help_text=help_text))
 
 
-MEMORY_OUTPUT: tuple[MemoryField, ...] = (
+MEMORY_OUTPUT: tuple[OutputField, ...] = (
     column("id"),
     column("scope"),
     column("project_id"),
     column("content"),
     column("source"),
-    MemoryField(
+    OutputField(
         "source_thread_id",
         reads={"source_task_id": "source_task_id"},
         drf=serializers.IntegerField(
@@ -105,7 +52,7 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
     ),
     column("status"),
     column("superseded_by_id"),
-    MemoryField(
+    OutputField(
         "created_by",
         reads={"created_by_name": F("created_by__username")},
         drf=serializers.CharField(source="created_by.username", read_only=True, default=None),
@@ -122,11 +69,11 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
     column("last_cited_at", when=True),
     counter("report_count", "How many reports said the memory misled (wrong, outdated, unsafe)."),
     column("last_reported_at", when=True),
-    MemoryField(
+    OutputField(
         "held_for_review",
         reads={"report_hold_at": "report_hold_at"},
         value=lambda row: row["report_hold_at"] is not None,
-        drf=MemoryValue(
+        drf=ObjectValue(
             lambda memory: memory.report_hold_at is not None,
             OpenApiTypes.BOOL,
             help_text="A report holds it out of injection and search until a project owner "
@@ -155,7 +102,7 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
             + "); empty when it does not.",
         ),
     ),
-    MemoryField(
+    OutputField(
         "awaiting_approval",
         # `flagged` and `approved_at` are read for their own fields.
         value=lambda row: memory_awaiting_approval(
@@ -168,7 +115,7 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
         ),
     ),
     column("approved_at", when=True),
-    MemoryField(
+    OutputField(
         "approved_by",
         reads={"approved_by_name": F("approved_by__username")},
         drf=serializers.CharField(
@@ -176,11 +123,11 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
         ),
     ),
     column("archived_at", when=True),
-    MemoryField(
+    OutputField(
         "source_task_ids",
         reads={"source_task_ids": SourceTaskIds()},
         # Ordered by the link's Meta (created_at, id), as the rows' subquery orders them.
-        drf=MemoryValue(
+        drf=ObjectValue(
             lambda memory: [link.task_id for link in memory.source_links.all()],
             serializers.ListField(child=serializers.IntegerField()),
             help_text="For an auto memory: every task whose knowledge is in it, in the order "
@@ -188,12 +135,13 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
             "into it).",
         ),
     ),
-    MemoryField(
+    OutputField(
         "citations",
         # Read beside the row in the page's statement when an app keeps citations
-        # (controlplane.services.memory_citations); `MemoryOutput.rows` adds the expression.
+        # (controlplane.services.memory_citations, registered once the apps are ready).
+        reads={"citations": citations_column},
         value=lambda row: row.get("citations") or [],
-        drf=MemoryValue(
+        drf=ObjectValue(
             citations_read,
             CitationOutput(many=True),
             help_text="The lines of the project's code the memory cites, as the last check "
@@ -202,50 +150,12 @@ MEMORY_OUTPUT: tuple[MemoryField, ...] = (
     ),
 )
 
-_COLUMNS = [
-    name for entry in MEMORY_OUTPUT for name, read in entry.reads.items() if isinstance(read, str)
-]
-_EXPRESSIONS = {
-    name: read
-    for entry in MEMORY_OUTPUT
-    for name, read in entry.reads.items()
-    if not isinstance(read, str)
-}
-_ROW_VALUES = [(entry.name, entry.row_value(), entry.when) for entry in MEMORY_OUTPUT]
 
-
-# A memory: its fields are `MEMORY_OUTPUT`'s, in that order. (A comment: the schema would show
-# a docstring as the output's description.)
-class MemoryOutput(serializers.ModelSerializer):
+# A memory: its fields are `MEMORY_OUTPUT`'s, in that order; a list's page goes through
+# `MemoryOutput.rows`. (A comment: the schema would show a docstring as the output's
+# description.)
+class MemoryOutput(RowOutput):
     class Meta:
         model = IdentityMemory
-        fields = [entry.name for entry in MEMORY_OUTPUT]
-        read_only_fields = fields
-
-    @staticmethod
-    def rows(memories: QuerySet[IdentityMemory]) -> QuerySet:
-        """The memories as rows of what the output reads: a page of any size is one statement
-        (no model, user or link objects built)."""
-        citations = citations_column()
-        if citations is None:
-            return memories.values(*_COLUMNS, **_EXPRESSIONS)
-        return memories.values(*_COLUMNS, **_EXPRESSIONS, citations=citations)
-
-    def to_representation(self, memory: IdentityMemory | dict) -> dict:
-        """A list's row (`rows`) read directly, one dictionary read a field rather than DRF's
-        per-field machinery (about 20 lookups and checks a field); a memory object through
-        DRF's fields. The two are equal field for field (a test compares)."""
-        if type(memory) is dict:
-            zone = timezone.get_current_timezone()
-            return {
-                name: _iso(value(memory), zone) if when else value(memory)
-                for name, value, when in _ROW_VALUES
-            }
-        return super().to_representation(memory)
-
-
-# The entries' own DRF fields, as if declared in the class body (ModelSerializer builds the
-# others from the model).
-for _entry in MEMORY_OUTPUT:
-    if _entry.drf is not None:
-        MemoryOutput._declared_fields[_entry.name] = _entry.drf
+        output = MEMORY_OUTPUT
+        read_only_fields = [entry.name for entry in MEMORY_OUTPUT]
