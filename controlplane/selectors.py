@@ -144,9 +144,11 @@ def memory_row_extra_register(name: str, *, expression, read: Callable) -> None:
     _memory_row_extras[name] = MemoryRowExtra(expression=expression, read=read)
 
 
-def memory_row_extras() -> dict[str, Any]:
-    """The apps' values as a list's row reads them: name -> expression."""
-    return {name: extra.expression for name, extra in _memory_row_extras.items()}
+def memory_row_extra_expression(name: str):
+    """The expression a list's row reads app value `name` with; None when no app registered
+    it (the output then shows its default)."""
+    extra = _memory_row_extras.get(name)
+    return extra.expression if extra is not None else None
 
 
 def memory_extra(memory: IdentityMemory, name: str, default):

@@ -42,6 +42,7 @@ AUTOMEMORY_HOST_MODULES = {
     "controlplane.api.common",
     "controlplane.api.serializers",
     "controlplane.api.throttling",
+    "controlplane.api.row_output",
     "controlplane.addrport",
     "controlplane.credentials",
     "controlplane.git",

@@ -5,6 +5,7 @@ Input is strict: booleans are JSON booleans (0 and 1 accepted), integers are JSO
 a silently ignored setting.
 """
 
+from django.db.models import F
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -27,6 +28,7 @@ from automemory.models import (
     mcp_server_names_problems,
 )
 from controlplane.api.common import RejectUnknownFieldsMixin
+from controlplane.api.row_output import OutputField, RowOutput, column
 from controlplane.api.serializers import StrictTextField
 from controlplane.limits import text_problem
 from controlplane.repository_urls import BRANCH_MAX_CHARS
@@ -266,28 +268,33 @@ class AutoMemoryLogFilterInput(serializers.Serializer):
     reason = serializers.ChoiceField(choices=Reason.choices, required=False)
 
 
-class AutoMemoryLogSerializer(serializers.ModelSerializer):
-    task_id = serializers.IntegerField()
-    project_id = serializers.IntegerField()
-    outcome = serializers.ChoiceField(choices=Outcome.choices)
-    reason = serializers.ChoiceField(choices=Reason.choices)
-    memory_id = serializers.IntegerField(allow_null=True)
-    attempted_at = serializers.DateTimeField(source="last_attempt_at")
+AUTO_MEMORY_LOG_OUTPUT: tuple[OutputField, ...] = (
+    column("task_id", drf=serializers.IntegerField()),
+    OutputField(
+        "project_id",
+        reads={"project_id": F("task__project_id")},
+        drf=serializers.IntegerField(source="task.project_id"),
+    ),
+    column("outcome", drf=serializers.ChoiceField(choices=Outcome.choices)),
+    column("reason", drf=serializers.ChoiceField(choices=Reason.choices)),
+    column("memory_id", drf=serializers.IntegerField(allow_null=True)),
+    column("forced"),
+    column("attempts"),
+    column("detail"),
+    OutputField(
+        "attempted_at",
+        reads={"last_attempt_at": "last_attempt_at"},
+        drf=serializers.DateTimeField(source="last_attempt_at"),
+        when=True,
+    ),
+    column("first_attempt_at", when=True),
+)
 
+
+class AutoMemoryLogSerializer(RowOutput):
     class Meta:
         model = AutoMemoryLog
-        fields = [
-            "task_id",
-            "project_id",
-            "outcome",
-            "reason",
-            "memory_id",
-            "forced",
-            "attempts",
-            "detail",
-            "attempted_at",
-            "first_attempt_at",
-        ]
+        output = AUTO_MEMORY_LOG_OUTPUT
 
 
 class ReportInputSerializer(RejectUnknownFieldsMixin, serializers.Serializer):

@@ -1,7 +1,6 @@
 """Auto memory endpoints: each states its access rule, input, output and the one service or
 selector it calls (`controlplane.api.common.endpoint`)."""
 
-from django.db.models import F
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -105,12 +104,10 @@ class AutoMemoryRunView(APIView):
 class AutoMemoryLogView(APIView):
     """The extraction log of the caller's own tasks: one row per task, newest attempt first."""
 
-    # The row's project comes with it; the task row itself (its result) is never read.
+    # The row's project comes with it (`rows`); the task row itself (its result) is never read.
     get = endpoint(
-        lambda call: (
-            selectors.auto_memory_log_list(user=call.user)
-            .filter(**call.data)
-            .annotate(project_id=F("task__project_id"))
+        lambda call: s.AutoMemoryLogSerializer.rows(
+            selectors.auto_memory_log_list(user=call.user).filter(**call.data)
         ),
         query=s.AutoMemoryLogFilterInput,
         output=s.AutoMemoryLogSerializer,

@@ -3,6 +3,7 @@
 from decimal import ROUND_DOWN
 
 from django.contrib.auth import get_user_model
+from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -11,6 +12,7 @@ from rest_framework import serializers
 from controlplane.access import held_for_others
 from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.api.memory_serializers import MemoryOutput  # noqa: F401 (the API's memory)
+from controlplane.api.row_output import OutputField, RowOutput, column
 from controlplane.limits import (
     GOAL_MAX_CHARS,
     MEMORY_CITATION_MAX_LINE,
@@ -36,6 +38,7 @@ from controlplane.models import (
     TaskKind,
     TaskStatus,
     UsageRecord,
+    task_title,
 )
 from controlplane.repository_urls import BRANCH_MAX_CHARS
 from controlplane.services.tasks import task_injected_memory_ids, task_text_for
@@ -141,35 +144,52 @@ class TaskFilterInput(serializers.Serializer):
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
 
 
-class TaskSummaryOutput(serializers.ModelSerializer):
-    """A task in a list: everything but the long texts, plus a one-line title."""
+_TASK_COST = serializers.DecimalField(
+    max_digits=14, decimal_places=6, coerce_to_string=False, read_only=True
+)
 
-    user = serializers.CharField(source="user.username", read_only=True)
-    title = serializers.CharField(
-        read_only=True, help_text="First line of the goal (or the prompt), at most 200 characters."
-    )
-    cost_usd = serializers.DecimalField(
-        max_digits=14, decimal_places=6, coerce_to_string=False, read_only=True
-    )
+TASK_SUMMARY_OUTPUT: tuple[OutputField, ...] = (
+    column("id"),
+    column("project_id"),
+    OutputField(
+        "user",
+        reads={"user_name": F("user__username")},
+        drf=serializers.CharField(source="user.username", read_only=True),
+    ),
+    OutputField(
+        "title",
+        # The head of the goal (or prompt), annotated by `selectors.task_list`.
+        reads={"title_source": "title_source"},
+        value=lambda row: task_title(row["title_source"] or ""),
+        drf=serializers.CharField(
+            read_only=True,
+            help_text="First line of the goal (or the prompt), at most 200 characters.",
+        ),
+    ),
+    column("kind"),
+    column("parent_task_id"),
+    column("status"),
+    column("turn"),
+    OutputField(
+        "cost_usd",
+        reads={"cost_usd": "cost_usd"},
+        value=lambda row: _TASK_COST.to_representation(row["cost_usd"]),
+        drf=_TASK_COST,
+    ),
+    column("created_at", when=True),
+    column("queued_at", when=True),
+    column("started_at", when=True),
+    column("finished_at", when=True),
+    column("updated_at", when=True),
+)
+
+
+class TaskSummaryOutput(RowOutput):
+    """A task in a list: everything but the long texts, plus a one-line title."""
 
     class Meta:
         model = Task
-        fields = [
-            "id",
-            "project_id",
-            "user",
-            "title",
-            "kind",
-            "parent_task_id",
-            "status",
-            "turn",
-            "cost_usd",
-            "created_at",
-            "queued_at",
-            "started_at",
-            "finished_at",
-            "updated_at",
-        ]
+        output = TASK_SUMMARY_OUTPUT
 
 
 class ChangedFileOutput(serializers.Serializer):

@@ -137,7 +137,9 @@ class ProjectMemberView(APIView):
 
 class ProjectTasksView(APIView):
     get = endpoint(
-        lambda call: selectors.task_list(user=call.user, project=call.project, **call.data),
+        lambda call: s.TaskSummaryOutput.rows(
+            selectors.task_list(user=call.user, project=call.project, **call.data)
+        ),
         access=project_access(READ),
         query=s.TaskFilterInput,
         output=s.TaskSummaryOutput,

@@ -29,6 +29,7 @@ from controlplane.models.tasks import (  # noqa: F401
     TaskFollowup,
     TaskKind,
     TaskStatus,
+    task_title,
 )
 from controlplane.models.tokens import (  # noqa: F401
     ApiToken,

@@ -33,6 +33,13 @@ class TaskKind(models.TextChoices):
     COORDINATOR = "coordinator", "Coordinator"
 
 
+def task_title(text: str) -> str:
+    """A task's title from its goal (or prompt), or from the head of it: the first line, at
+    most `TITLE_CHARS` characters ("" for a blank text)."""
+    text = text.strip()
+    return text.splitlines()[0][:TITLE_CHARS] if text else ""
+
+
 class Task(models.Model):
     """A coding-agent task. `prompt` and `goal` are stored as the user sent them, never edited."""
 
@@ -139,10 +146,7 @@ class Task(models.Model):
         A list's rows carry the head of that text as `title_source` and leave the texts
         unread (`selectors.task_list`)."""
         text = getattr(self, "title_source", None)
-        if text is None:
-            text = self.goal or self.prompt or ""
-        text = text.strip()
-        return text.splitlines()[0][:TITLE_CHARS] if text else ""
+        return task_title((self.goal or self.prompt or "") if text is None else text)
 
 
 class TaskFollowup(models.Model):

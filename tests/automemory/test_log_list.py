@@ -1,0 +1,112 @@
+"""The extraction log's output path: a list's row written directly equals DRF's generic output
+of the log entry field for field, in any time zone; a page costs the same statements whatever
+its size."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework import serializers
+
+from automemory.api.serializers import AutoMemoryLogSerializer
+from automemory.models import AutoMemoryLog, Outcome, Reason
+from automemory.selectors import auto_memory_log_list
+
+LOG = "/users/me/auto-memory-log"
+
+
+def _entry(task, **fields) -> AutoMemoryLog:
+    when = fields.pop("last_attempt_at", timezone.now() - timedelta(minutes=5))
+    return AutoMemoryLog.objects.create(
+        task=task,
+        user=task.user,
+        outcome=fields.pop("outcome", Outcome.SKIPPED),
+        reason=fields.pop("reason", Reason.NOT_IDLE),
+        first_attempt_at=fields.pop("first_attempt_at", when),
+        last_attempt_at=when,
+        **fields,
+    )
+
+
+@pytest.fixture
+def varied_log(project, project_factory, alice, task_factory, memory_factory):
+    """One of every shape the log shows: extracted with its memory, a skip, an error with a
+    detail, forced and retried, in two projects, odd microseconds across a DST change."""
+    other = project_factory(alice, "other")
+    first = task_factory(project, alice, completed=True)
+    memory = memory_factory(project=project)
+    _entry(
+        first,
+        outcome=Outcome.EXTRACTED,
+        reason=Reason.NEW,
+        memory=memory,
+        last_attempt_at=datetime(2026, 3, 29, 1, 30, 0, 1, tzinfo=UTC),
+    )
+    _entry(task_factory(other, alice), reason=Reason.RESULT_TOO_SHORT)
+    _entry(
+        task_factory(project, alice),
+        outcome=Outcome.ERROR,
+        reason=Reason.ERROR,
+        detail='Ünïcödé — "quotes"\nand a second line',
+        forced=True,
+        attempts=4,
+        first_attempt_at=datetime(2026, 10, 25, 0, 59, 59, 999999, tzinfo=UTC),
+        last_attempt_at=datetime(2026, 10, 25, 1, 0, 0, tzinfo=UTC),
+    )
+    return project
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/St_Johns"])
+def test_a_row_written_directly_is_drf_s_generic_output(varied_log, alice, zone):
+    rows = list(AutoMemoryLogSerializer.rows(auto_memory_log_list(user=alice)))
+    assert len(rows) == 3
+    serializer = AutoMemoryLogSerializer()
+    with timezone.override(zone):
+        for row in rows:
+            entry = AutoMemoryLog.objects.get(pk=row["task_id"])
+            generic = serializers.ModelSerializer.to_representation(serializer, entry)
+            for direct in (AutoMemoryLogSerializer(row).data, AutoMemoryLogSerializer(entry).data):
+                assert direct == generic
+                assert list(direct) == list(generic)  # the same order too
+                assert [type(value) for value in direct.values()] == [
+                    type(value) for value in generic.values()
+                ]
+        # A page's rows in one pass, as one at a time.
+        assert AutoMemoryLogSerializer(rows, many=True).data == [
+            AutoMemoryLogSerializer(row).data for row in rows
+        ]
+
+
+def test_the_api_lists_them_as_before(api_client_for, alice, varied_log):
+    body = api_client_for(alice).get(LOG).json()
+    assert body["count"] == 3
+    skip, error, extracted = body["results"]  # newest attempt first
+    assert skip["reason"] == "result_too_short" and skip["project_id"] != varied_log.pk
+    assert error["outcome"] == "error" and error["forced"] is True and error["attempts"] == 4
+    assert error["attempted_at"] == "2026-10-25T01:00:00Z"
+    assert error["first_attempt_at"] == "2026-10-25T00:59:59.999999Z"
+    assert error["project_id"] == varied_log.pk and error["memory_id"] is None
+    assert extracted["attempted_at"] == "2026-03-29T01:30:00.000001Z"
+    assert extracted["memory_id"] is not None and extracted["attempts"] == 1
+
+
+@pytest.mark.parametrize("page_size", [1, 50, 200])
+def test_a_page_is_two_statements_whatever_its_size(
+    api_client_for, alice, bob, project, task_factory, page_size
+):
+    """The token, and the page: its rows, their tasks' projects and the log's total in one
+    statement. Another user's entries are not in it."""
+    for number in range(60):
+        _entry(task_factory(project, alice), attempts=number + 1)
+    _entry(task_factory(project, bob))
+    client = api_client_for(alice)
+    url = f"{LOG}?page_size={page_size}"
+    client.get(url)  # the token's first use is stamped once
+    with CaptureQueriesContext(connection) as captured:
+        body = client.get(url).json()
+    assert len(body["results"]) == min(page_size, 60)
+    assert body["count"] == 60
+    assert len(captured.captured_queries) == 2, [q["sql"] for q in captured.captured_queries]
+    assert {row["project_id"] for row in body["results"]} == {project.pk}
