@@ -11,7 +11,7 @@ def reports_closed(apps, schema_editor):
     of each person and memory, so the one-open-report constraint can be added."""
     feedback = apps.get_model("automemory", "MemoryFeedback")
     now = timezone.now()
-    reports = feedback.objects.filter(kind="report", closed_at__isnull=True)
+    reports = feedback.objects.using(schema_editor.connection.alias).filter(kind="report", closed_at__isnull=True)
     # An owner approved the memory since (its hold was released, or set again later).
     reports.filter(memory__report_hold_at__isnull=True).update(closed_at=now)
     reports.filter(created_at__lt=F("memory__report_hold_at")).update(closed_at=now)

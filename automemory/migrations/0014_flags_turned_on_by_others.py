@@ -7,7 +7,7 @@ from django.db.models import F, Q
 
 def forward(apps, schema_editor):
     flags = apps.get_model("automemory", "TaskAutoMemoryFlags")
-    by_others = flags.objects.filter(~Q(updated_by=F("task__user")) | Q(updated_by__isnull=True))
+    by_others = flags.objects.using(schema_editor.connection.alias).filter(~Q(updated_by=F("task__user")) | Q(updated_by__isnull=True))
     for name in ("use_memories", "generate_memories"):
         by_others.filter(**{name: True}).update(**{name: None})
 

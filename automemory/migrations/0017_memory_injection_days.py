@@ -16,7 +16,7 @@ def backfill(apps, schema_editor):
     day_model = apps.get_model("automemory", "MemoryInjectionDay")
     since = timezone.now() - timedelta(weeks=8, days=1)
     counts: Counter = Counter()
-    tasks = task_model.objects.filter(created_at__gte=since).exclude(injected_memory_ids=[])
+    tasks = task_model.objects.using(schema_editor.connection.alias).filter(created_at__gte=since).exclude(injected_memory_ids=[])
     for started, created, ids in tasks.values_list(
         "started_at", "created_at", "injected_memory_ids"
     ).iterator():
@@ -24,9 +24,9 @@ def backfill(apps, schema_editor):
             day = timezone.localdate(started or created)
             counts.update((pk, day) for pk in {pk for pk in ids if type(pk) is int})
     existing = set(
-        memory_model.objects.filter(pk__in={pk for pk, _ in counts}).values_list("pk", flat=True)
+        memory_model.objects.using(schema_editor.connection.alias).filter(pk__in={pk for pk, _ in counts}).values_list("pk", flat=True)
     )
-    day_model.objects.bulk_create(
+    day_model.objects.using(schema_editor.connection.alias).bulk_create(
         (
             day_model(memory_id=pk, day=day, tasks=total)
             for (pk, day), total in counts.items()

@@ -13,7 +13,7 @@ def state_from_tasks(apps, schema_editor):
     copy carries the claim's time the key is checked against."""
     Task = apps.get_model("controlplane", "Task")
     TaskMemoryState = apps.get_model("automemory", "TaskMemoryState")
-    tasks = Task.objects.order_by("pk").values_list(
+    tasks = Task.objects.using(schema_editor.connection.alias).order_by("pk").values_list(
         "pk", "memory_key_hash", "claimed_at", "injected_memory_ids"
     )
     rows = [
@@ -26,15 +26,15 @@ def state_from_tasks(apps, schema_editor):
         for pk, key_hash, claimed_at, injected in tasks.iterator(chunk_size=BATCH)
         if key_hash or injected
     ]
-    TaskMemoryState.objects.bulk_create(rows, batch_size=BATCH)
+    TaskMemoryState.objects.using(schema_editor.connection.alias).bulk_create(rows, batch_size=BATCH)
 
 
 def state_to_tasks(apps, schema_editor):
     """Back onto the host's columns (they exist again: the host's migration was reversed)."""
     Task = apps.get_model("controlplane", "Task")
     TaskMemoryState = apps.get_model("automemory", "TaskMemoryState")
-    for state in TaskMemoryState.objects.order_by("pk").iterator(chunk_size=BATCH):
-        Task.objects.filter(pk=state.task_id).update(
+    for state in TaskMemoryState.objects.using(schema_editor.connection.alias).order_by("pk").iterator(chunk_size=BATCH):
+        Task.objects.using(schema_editor.connection.alias).filter(pk=state.task_id).update(
             memory_key_hash=state.memory_key_hash, injected_memory_ids=state.injected_memory_ids
         )
 

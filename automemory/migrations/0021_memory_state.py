@@ -26,20 +26,20 @@ def state_from_memories(apps, schema_editor):
     MemoryState = apps.get_model("automemory", "MemoryState")
     rows = (
         MemoryState(memory_id=values[0], **dict(zip(FIELDS, values[1:], strict=True)))
-        for values in IdentityMemory.objects.order_by("pk")
+        for values in IdentityMemory.objects.using(schema_editor.connection.alias).order_by("pk")
         .values_list("pk", *FIELDS)
         .iterator(chunk_size=BATCH)
         if any(values[1:])
     )
-    MemoryState.objects.bulk_create(rows, batch_size=BATCH)
+    MemoryState.objects.using(schema_editor.connection.alias).bulk_create(rows, batch_size=BATCH)
 
 
 def state_to_memories(apps, schema_editor):
     """Back onto the host's columns (they exist again: the host's migration was reversed)."""
     IdentityMemory = apps.get_model("controlplane", "IdentityMemory")
     MemoryState = apps.get_model("automemory", "MemoryState")
-    for state in MemoryState.objects.order_by("pk").iterator(chunk_size=BATCH):
-        IdentityMemory.objects.filter(pk=state.memory_id).update(
+    for state in MemoryState.objects.using(schema_editor.connection.alias).order_by("pk").iterator(chunk_size=BATCH):
+        IdentityMemory.objects.using(schema_editor.connection.alias).filter(pk=state.memory_id).update(
             **{name: getattr(state, name) for name in FIELDS}
         )
 

@@ -61,7 +61,7 @@ def extra(name: str, default, help_text: str | None = None) -> OutputField:
     """An app's value of the same name (a count with `default` 0, else a time or None)."""
     options = {"help_text": help_text} if help_text else {}
     if default is None:
-        drf = _ExtraDateTime(extra_default=None, **options)
+        drf = _ExtraDateTime(extra_default=None, allow_null=True, **options)
         return OutputField(
             name, reads=_extra_read(name), value=lambda row: row.get(name), drf=drf, when=True
         )

@@ -26,7 +26,7 @@ def carry_over_task_costs(apps, schema_editor):
     UsageRecord = apps.get_model("controlplane", "UsageRecord")
     MonthlySpend = apps.get_model("controlplane", "MonthlySpend")
     tasks = (
-        Task.objects.filter(Q(cost_usd__gt=0) | Q(finished_at__isnull=False))
+        Task.objects.using(schema_editor.connection.alias).filter(Q(cost_usd__gt=0) | Q(finished_at__isnull=False))
         .order_by("id")
         .values_list(
             "id", "user_id", "project_id", "turn", "executor", "cost_usd",
@@ -55,10 +55,10 @@ def carry_over_task_costs(apps, schema_editor):
         month[0] += cost
         month[1] += 1
         if len(batch) >= BATCH:
-            UsageRecord.objects.bulk_create(batch)
+            UsageRecord.objects.using(schema_editor.connection.alias).bulk_create(batch)
             batch = []
-    UsageRecord.objects.bulk_create(batch)
-    MonthlySpend.objects.bulk_create(
+    UsageRecord.objects.using(schema_editor.connection.alias).bulk_create(batch)
+    MonthlySpend.objects.using(schema_editor.connection.alias).bulk_create(
         [
             MonthlySpend(user_id=user_id, month=month, total_usd=total, entries=entries)
             for (user_id, month), (total, entries) in totals.items()

@@ -10,16 +10,16 @@ def link_existing_auto_memories(apps, schema_editor):
     """Every existing auto memory's source task becomes its first source link."""
     IdentityMemory = apps.get_model("controlplane", "IdentityMemory")
     MemorySourceTask = apps.get_model("controlplane", "MemorySourceTask")
-    rows = IdentityMemory.objects.filter(source="auto", source_task__isnull=False).values_list(
+    rows = IdentityMemory.objects.using(schema_editor.connection.alias).filter(source="auto", source_task__isnull=False).values_list(
         "id", "source_task_id", "created_at"
     )
     batch = []
     for memory_id, task_id, created_at in rows.iterator(chunk_size=2000):
         batch.append(MemorySourceTask(memory_id=memory_id, task_id=task_id, created_at=created_at))
         if len(batch) >= 2000:
-            MemorySourceTask.objects.bulk_create(batch, ignore_conflicts=True)
+            MemorySourceTask.objects.using(schema_editor.connection.alias).bulk_create(batch, ignore_conflicts=True)
             batch = []
-    MemorySourceTask.objects.bulk_create(batch, ignore_conflicts=True)
+    MemorySourceTask.objects.using(schema_editor.connection.alias).bulk_create(batch, ignore_conflicts=True)
 
 
 class Migration(migrations.Migration):

@@ -21,6 +21,7 @@ import pytest
 from django.utils import timezone
 
 from automemory.local_model import MODEL_NAME, LocalModelServer, local_model_missing
+from automemory.services.extraction import drafting as extraction_drafting
 from automemory.services.extraction import model as extraction_model
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories
@@ -289,14 +290,14 @@ def test_a_server_stopped_mid_sweep_leaves_the_rest_waiting_and_they_are_written
     server = own_server
     point_at(settings, server)
     tasks = [completed(NOISE), completed(GOTCHA), completed(PREFERENCE)]
-    real_keep = extraction_model.draft_keep
+    real_keep = extraction_drafting.draft_keep
 
     def keep_then_stop(**kwargs):
         # The first answer is stored; then the server goes away, mid-sweep.
         real_keep(**kwargs)
         server.stop()
 
-    monkeypatch.setattr(extraction_model, "draft_keep", keep_then_stop)
+    monkeypatch.setattr(extraction_drafting, "draft_keep", keep_then_stop)
 
     summary = process_auto_memories(user=alice)
 
@@ -306,7 +307,7 @@ def test_a_server_stopped_mid_sweep_leaves_the_rest_waiting_and_they_are_written
     assert "could not be reached" in log_of(tasks[1]).detail
     assert summary.model_calls == 2, "the third task is not sent to a server found gone"
 
-    monkeypatch.setattr(extraction_model, "draft_keep", real_keep)
+    monkeypatch.setattr(extraction_drafting, "draft_keep", real_keep)
     server.port = 0
     server.start()
     point_at(settings, server)

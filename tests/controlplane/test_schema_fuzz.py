@@ -40,8 +40,9 @@ REVOKE = "users_me_tokens_revoke"
 MEMORY_TOOLS = "^/memory-tools/"
 # The worker's claim of the oldest queued task, in the server's database: its task key.
 CLAIM = (
-    "from worker.services import task_claim_next; "
-    "print(task_claim_next(worker_id='schema-fuzz').memory_key)"
+    "from worker.services import claim_key_store, task_claim_next; "
+    "claim = task_claim_next(worker_id='schema-fuzz'); claim_key_store(claim); "
+    "print(claim.memory_key)"
 )
 
 
