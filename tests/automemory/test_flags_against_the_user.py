@@ -3,9 +3,11 @@ the task's user may do both. The sweep and the injector follow what is stored.""
 
 import importlib
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from django.apps import apps
+from django.db import connection
 
 from automemory.models import AutoMemoryLog, TaskAutoMemoryFlags
 from automemory.services.extraction.sweep import process_auto_memories
@@ -198,7 +200,7 @@ def test_it_sets_back_a_true_another_member_stored_before_the_rule(
     )
     migration = importlib.import_module("automemory.migrations.0014_flags_turned_on_by_others")
 
-    migration.forward(apps, None)
+    migration.forward(apps, SimpleNamespace(connection=connection))
 
     flags = TaskAutoMemoryFlags.objects.get(task=bobs_task)
     assert (flags.generate_memories, flags.use_memories) == (None, None)

@@ -5,6 +5,7 @@ import importlib
 import threading
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from types import SimpleNamespace
 
 import pytest
 from django.apps import apps as django_apps
@@ -265,14 +266,17 @@ class TestCarryOver:
         """Migration 0007's carry-over, on the schema it ran on: before SQLite's monthly
         spend trigger (migration 0014) existed, the migration wrote the months itself."""
         migration = importlib.import_module("controlplane.migrations.0007_usage_ledger")
+        editor = SimpleNamespace(connection=connection)  # what the migration reads of its editor
 
         def run():
             if connection.vendor != "sqlite":
-                return migration.carry_over_task_costs(django_apps, None)
+                return migration.carry_over_task_costs(
+                    django_apps, SimpleNamespace(connection=connection)
+                )
             with connection.cursor() as cursor:
                 cursor.execute(f"DROP TRIGGER {usage.SQLITE_MONTH_TRIGGER}")
             try:
-                migration.carry_over_task_costs(django_apps, None)
+                migration.carry_over_task_costs(django_apps, editor)
             finally:
                 with connection.cursor() as cursor:
                     cursor.execute(usage.sqlite_month_trigger_sql())
