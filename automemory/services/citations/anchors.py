@@ -10,6 +10,22 @@ from pathlib import Path, PurePosixPath
 from automemory.models.citations import MAX_CITED_LINES, MAX_PATH_CHARS
 from automemory.services.citations import code
 
+# The citations a model gives in its answers (extraction, revalidation), in their strict
+# schemas; each is checked (`anchors_check`) before it is kept.
+CITATIONS_SCHEMA: dict = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "start_line": {"type": "integer"},
+            "end_line": {"type": "integer"},
+        },
+        "required": ["path", "start_line", "end_line"],
+        "additionalProperties": False,
+    },
+}
+
 
 class CitationRefused(Exception):
     """A citation that cannot be written; `field` names it (`citations[2].path`)."""

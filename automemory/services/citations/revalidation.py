@@ -33,7 +33,12 @@ from django.utils import timezone
 from automemory.models import AutoMemorySettings
 from automemory.models.citations import STALE_STATES, CitationState, MemoryCitation
 from automemory.services.citations import code, code_views, store
-from automemory.services.citations.anchors import Anchor, CitationRefused, anchors_check
+from automemory.services.citations.anchors import (
+    CITATIONS_SCHEMA,
+    Anchor,
+    CitationRefused,
+    anchors_check,
+)
 from automemory.services.citations.checks import Cited, citations_check
 from automemory.services.llm import (
     MemoryBudgetExhausted,
@@ -66,19 +71,7 @@ REVALIDATION_SCHEMA: dict[str, Any] = {
         "reason": {"type": "string"},
         "action": {"type": "string", "enum": [KEEP, UPDATE, RETIRE]},
         "text": {"type": "string"},
-        "citations": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "start_line": {"type": "integer"},
-                    "end_line": {"type": "integer"},
-                },
-                "required": ["path", "start_line", "end_line"],
-                "additionalProperties": False,
-            },
-        },
+        "citations": CITATIONS_SCHEMA,
     },
     "required": ["reason", "action", "text", "citations"],
     "additionalProperties": False,

@@ -21,6 +21,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from automemory import conf
+from automemory.services.citations.anchors import CITATIONS_SCHEMA
 from automemory.services.llm import SweepModelCalls, model_json_call
 from automemory.services.provenance import Fingerprint
 from automemory.services.text import (
@@ -46,19 +47,7 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
         "keywords": {"type": "array", "items": {"type": "string"}},
         # The lines of the task's code the memory speaks of (checked against the task's head
         # commit before they are kept: automemory.services.citations.extracted).
-        "citations": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "start_line": {"type": "integer"},
-                    "end_line": {"type": "integer"},
-                },
-                "required": ["path", "start_line", "end_line"],
-                "additionalProperties": False,
-            },
-        },
+        "citations": CITATIONS_SCHEMA,
     },
     "required": ["reason", "worth_remembering", "kind", "memory", "keywords", "citations"],
     "additionalProperties": False,
