@@ -182,6 +182,8 @@ def server_install(*, log=print) -> None:
         wheels.mkdir(parents=True, exist_ok=True)
         log(f"building {package} with CMAKE_ARGS={cmake_args!r} (several minutes) ...")
         started = time.monotonic()
+        # The operator's own build (`make model`), not an agent: pip and the compiler need
+        # the operator's environment (proxies, PATH, caches) as it is.
         subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-binary",
              "llama-cpp-python", "--wheel-dir", str(wheels), package],

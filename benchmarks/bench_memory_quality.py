@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import harness
-from memory_quality_set import HELD_OUT, TUNING, Transcript
+from memory_quality_held_out import HELD_OUT
+from memory_quality_set import TUNING, Transcript
 
 SETS = {"tuning": TUNING, "held-out": HELD_OUT}
 COPIED_WORDS = 12

@@ -84,6 +84,8 @@ def main(argv: list[str]) -> int:
         print("usage: netbridge.py SOCKET_FOLDER -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     folder, command = argv[0], argv[2:]
+    # Inside the sandbox: this process's environment is already the agent's allow-listed one
+    # (worker/sandbox.py built it from nothing); the agent gets it with the proxy names added.
     env = dict(os.environ)
     for name in sorted(os.listdir(folder)):
         path = os.path.join(folder, name)
