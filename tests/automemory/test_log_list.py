@@ -8,11 +8,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework import serializers
 
 from automemory.api.serializers import AutoMemoryLogSerializer
 from automemory.models import AutoMemoryLog, Outcome, Reason
 from automemory.selectors import auto_memory_log_list
+from tests.controlplane.helpers import assert_rows_are_drf_s_generic_output
 
 LOG = "/users/me/auto-memory-log"
 
@@ -62,21 +62,10 @@ def varied_log(project, project_factory, alice, task_factory, memory_factory):
 def test_a_row_written_directly_is_drf_s_generic_output(varied_log, alice, zone):
     rows = list(AutoMemoryLogSerializer.rows(auto_memory_log_list(user=alice)))
     assert len(rows) == 3
-    serializer = AutoMemoryLogSerializer()
     with timezone.override(zone):
-        for row in rows:
-            entry = AutoMemoryLog.objects.get(pk=row["task_id"])
-            generic = serializers.ModelSerializer.to_representation(serializer, entry)
-            for direct in (AutoMemoryLogSerializer(row).data, AutoMemoryLogSerializer(entry).data):
-                assert direct == generic
-                assert list(direct) == list(generic)  # the same order too
-                assert [type(value) for value in direct.values()] == [
-                    type(value) for value in generic.values()
-                ]
-        # A page's rows in one pass, as one at a time.
-        assert AutoMemoryLogSerializer(rows, many=True).data == [
-            AutoMemoryLogSerializer(row).data for row in rows
-        ]
+        assert_rows_are_drf_s_generic_output(
+            AutoMemoryLogSerializer, rows, lambda row: AutoMemoryLog.objects.get(pk=row["task_id"])
+        )
 
 
 def test_the_api_lists_them_as_before(api_client_for, alice, varied_log):

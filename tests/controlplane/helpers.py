@@ -3,6 +3,7 @@
 import json
 
 from django.contrib.auth import get_user_model
+from rest_framework import serializers
 
 from controlplane.models import (
     AuditEvent,
@@ -41,3 +42,21 @@ def post_raw(client, path: str, body: bytes | str, method: str = "post"):
 
 def post_json(client, path: str, payload, method: str = "post"):
     return getattr(client, method)(path, data=json.dumps(payload), content_type="application/json")
+
+
+def assert_rows_are_drf_s_generic_output(output, rows: list[dict], instance_of) -> None:
+    """Each list row, written directly by `output` (a `RowOutput`), equals DRF's generic
+    output of its object (`instance_of(row)`), and so does the object through `output`:
+    the same fields, order and value types; a page's rows in one pass equal them one at a
+    time. In the current time zone."""
+    serializer = output()
+    for row in rows:
+        instance = instance_of(row)
+        generic = serializers.ModelSerializer.to_representation(serializer, instance)
+        for direct in (output(row).data, output(instance).data):
+            assert direct == generic
+            assert list(direct) == list(generic)  # the same order too
+            assert [type(value) for value in direct.values()] == [
+                type(value) for value in generic.values()
+            ]
+    assert output(rows, many=True).data == [output(row).data for row in rows]

@@ -9,11 +9,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework import serializers
 
 from controlplane.api.serializers import TaskSummaryOutput
 from controlplane.models import Task, TaskKind, TaskStatus
 from controlplane.selectors import task_list
+from tests.controlplane.helpers import assert_rows_are_drf_s_generic_output
 
 
 @pytest.fixture
@@ -52,21 +52,10 @@ def varied_tasks(project, alice, bob, task_factory):
 def test_a_row_written_directly_is_drf_s_generic_output(varied_tasks, alice, zone):
     rows = list(TaskSummaryOutput.rows(task_list(user=alice, project=varied_tasks)))
     assert len(rows) == 5
-    serializer = TaskSummaryOutput()
     with timezone.override(zone):
-        for row in rows:
-            task = Task.objects.get(pk=row["id"])
-            generic = serializers.ModelSerializer.to_representation(serializer, task)
-            for direct in (TaskSummaryOutput(row).data, TaskSummaryOutput(task).data):
-                assert direct == generic
-                assert list(direct) == list(generic)  # the same order too
-                assert [type(value) for value in direct.values()] == [
-                    type(value) for value in generic.values()
-                ]
-        # A page's rows in one pass, as one at a time.
-        assert TaskSummaryOutput(rows, many=True).data == [
-            TaskSummaryOutput(row).data for row in rows
-        ]
+        assert_rows_are_drf_s_generic_output(
+            TaskSummaryOutput, rows, lambda row: Task.objects.get(pk=row["id"])
+        )
 
 
 def test_the_api_lists_them_as_before(api_client_for, alice, varied_tasks):
