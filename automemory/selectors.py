@@ -61,6 +61,12 @@ def auto_memory_log_list(*, user) -> QuerySet[AutoMemoryLog]:
     return AutoMemoryLog.objects.filter(user=user).order_by("-last_attempt_at", "-task_id")
 
 
+def memory_feedback_list(*, memory: IdentityMemory) -> QuerySet[MemoryFeedback]:
+    """What tasks and people said of one memory (its cites and reports), newest first. The
+    caller has checked the memory is theirs to read."""
+    return MemoryFeedback.objects.filter(memory=memory).order_by("-created_at", "-id")
+
+
 # --- Console pages ----------------------------------------------------------------------------
 
 CONSOLE_SEARCH_MAX_CHARS = 200

@@ -21,14 +21,17 @@ from automemory.models import (
     MIN_INJECTION_MAX_CHARS,
     MIN_INJECTION_MAX_CHARS_MESSAGE,
     AutoMemoryLog,
+    FeedbackKind,
+    FeedbackVia,
     InjectionRanking,
+    MemoryFeedback,
     Outcome,
     Reason,
     ReportReason,
     mcp_server_names_problems,
 )
 from controlplane.api.common import RejectUnknownFieldsMixin
-from controlplane.api.row_output import OutputField, RowOutput, column
+from controlplane.api.row_output import ObjectValue, OutputField, RowOutput, column
 from controlplane.api.serializers import StrictTextField
 from controlplane.limits import text_problem
 from controlplane.repository_urls import BRANCH_MAX_CHARS
@@ -295,6 +298,52 @@ class AutoMemoryLogSerializer(RowOutput):
     class Meta:
         model = AutoMemoryLog
         output = AUTO_MEMORY_LOG_OUTPUT
+
+
+class MemoryFeedbackFilterInput(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=FeedbackKind.choices, required=False)
+
+
+def _report_open(kind: str, closed_at) -> bool:
+    return kind == FeedbackKind.REPORT and closed_at is None
+
+
+MEMORY_FEEDBACK_OUTPUT: tuple[OutputField, ...] = (
+    column("id"),
+    column("kind", drf=serializers.ChoiceField(choices=FeedbackKind.choices)),
+    column(
+        "reason",
+        drf=serializers.CharField(help_text="A report's reason: wrong, outdated or unsafe."),
+    ),
+    column("note", drf=serializers.CharField(help_text="A report's note, redacted.")),
+    column("via", drf=serializers.ChoiceField(choices=FeedbackVia.choices)),
+    column(
+        "task_id",
+        drf=serializers.IntegerField(
+            allow_null=True, help_text="The task that said it; null for a person's report."
+        ),
+    ),
+    column("repeat"),
+    OutputField(
+        "open",
+        reads={"closed_at": "closed_at"},
+        value=lambda row: _report_open(row["kind"], row["closed_at"]),
+        drf=ObjectValue(
+            lambda feedback: _report_open(feedback.kind, feedback.closed_at),
+            serializers.BooleanField(
+                help_text="A report that still holds the memory (no owner approved it since)."
+            ),
+        ),
+    ),
+    column("closed_at", when=True),
+    column("created_at", when=True),
+)
+
+
+class MemoryFeedbackSerializer(RowOutput):
+    class Meta:
+        model = MemoryFeedback
+        output = MEMORY_FEEDBACK_OUTPUT
 
 
 class ReportInputSerializer(RejectUnknownFieldsMixin, serializers.Serializer):

@@ -16,6 +16,11 @@ urlpatterns = [
     path("users/me/auto-memory/run", views.AutoMemoryRunView.as_view(), name="auto-memory-run"),
     path("users/me/auto-memory-log", views.AutoMemoryLogView.as_view(), name="auto-memory-log"),
     path("memories/<str:memory_id>/report", views.MemoryReportView.as_view(), name="memory-report"),
+    path(
+        "memories/<str:memory_id>/feedback",
+        views.MemoryFeedbackView.as_view(),
+        name="memory-feedback",
+    ),
     path("memories/<str:memory_id>/share", views.MemoryShareView.as_view(), name="memory-share"),
     path(
         "projects/<str:project_id>/memory-preview",

@@ -115,6 +115,22 @@ class AutoMemoryLogView(APIView):
     )
 
 
+class MemoryFeedbackView(APIView):
+    """What tasks and people said of a memory, newest first: each cite (a task used it) and
+    report (it misled, with the reason and the redacted note), filtered by `kind`. Anyone who
+    can read the memory; who reported is not shown."""
+
+    get = endpoint(
+        lambda call: s.MemoryFeedbackSerializer.rows(
+            selectors.memory_feedback_list(memory=call.memory).filter(**call.data)
+        ),
+        access=memory_access(memory_get_for_read),
+        query=s.MemoryFeedbackFilterInput,
+        output=s.MemoryFeedbackSerializer,
+        page=True,
+    )
+
+
 def _memory_report(call: Call) -> dict:
     report = memory_report(
         memory=call.memory,
