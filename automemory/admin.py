@@ -18,6 +18,7 @@ from automemory.models import (
     TaskAutoMemoryFlags,
 )
 from automemory.services.preferences import SETTINGS_FIELDS, flags_set, settings_update
+from controlplane.admin import NoAddOrChangeAdminMixin, ReadOnlyAdminMixin
 
 FLAG_FIELDS = ("use_memories", "generate_memories")
 
@@ -88,7 +89,7 @@ class TaskAutoMemoryFlagsAdmin(admin.ModelAdmin):
 
 
 @admin.register(MemoryState)
-class MemoryStateAdmin(admin.ModelAdmin):
+class MemoryStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Each memory's usage counters and report hold, as the injector and feedback wrote them
     (read-only: they count what tasks did)."""
 
@@ -104,18 +105,9 @@ class MemoryStateAdmin(admin.ModelAdmin):
     list_select_related = ["memory"]
     search_fields = ["memory__id", "memory__content"]
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(AutoMemoryLog)
-class AutoMemoryLogAdmin(admin.ModelAdmin):
+class AutoMemoryLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Written only by the sweep: operators read it here, they do not edit it."""
 
     list_display = [
@@ -133,18 +125,9 @@ class AutoMemoryLogAdmin(admin.ModelAdmin):
     list_select_related = ["task", "user", "memory"]
     date_hierarchy = "last_attempt_at"
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(SweepState)
-class SweepStateAdmin(admin.ModelAdmin):
+class SweepStateAdmin(NoAddOrChangeAdminMixin, admin.ModelAdmin):
     """Each sweep's cursor and lease (who sweeps, until when). Read-only: a dead holder's
     lease expires by itself; deleting a `user:` row only resets that user's cursor."""
 
@@ -159,24 +142,12 @@ class SweepStateAdmin(admin.ModelAdmin):
     ]
     search_fields = ["name", "lease_holder"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(ExtractionDraft)
-class ExtractionDraftAdmin(admin.ModelAdmin):
+class ExtractionDraftAdmin(NoAddOrChangeAdminMixin, admin.ModelAdmin):
     """Paid extractions not yet written (a sweep died, or the consolidation step failed).
     Read-only; deleting one makes the next sweep pay for that extraction again."""
 
     list_display = ["task", "extract_model", "created_at", "task_updated_at"]
     list_select_related = ["task"]
     search_fields = ["task__id", "extract_model"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

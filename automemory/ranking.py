@@ -308,25 +308,6 @@ def injection_candidates(
     )
 
 
-def memories_for_injection(
-    *,
-    user_id: int,
-    project_id: int,
-    ranking: str = "recent",
-    query_text: str = "",
-    personal: bool = True,
-) -> tuple[list[IdentityMemory], list[IdentityMemory]]:
-    """The memories a task's first turn receives: user-level, then project-level."""
-    found = injection_candidates(
-        user_id=user_id,
-        project_id=project_id,
-        ranking=ranking,
-        query_text=query_text,
-        personal=personal,
-    )
-    return found.received[MemoryScope.USER], found.received[MemoryScope.PROJECT]
-
-
 def _owners(personal: bool) -> tuple[str, list[str]]:
     """The SQL of the memories a task may see in both scopes (just the project's when not
     `personal`) and the names of its parameters."""

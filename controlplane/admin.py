@@ -45,14 +45,20 @@ USAGE_COLUMNS = [
 ]
 
 
-class ReadOnlyAdminMixin:
-    """The usage ledger, its monthly totals and repositories are written by services only."""
+class NoAddOrChangeAdminMixin:
+    """Rows that services write: operators read them, and may delete them, but neither add
+    nor change them. Also for inlines (whose permission checks take the parent object)."""
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+class ReadOnlyAdminMixin(NoAddOrChangeAdminMixin):
+    """Rows that services write and keep (ledgers, their totals, audit trails, logs):
+    operators only read them."""
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
@@ -313,7 +319,7 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "id",
         "created_at",
@@ -327,18 +333,9 @@ class AuditEventAdmin(admin.ModelAdmin):
     search_fields = ["action", "target_id", "actor__username", "actor_label"]
     date_hierarchy = "created_at"
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(NoAddOrChangeAdminMixin, admin.ModelAdmin):
     """Tokens without their secrets (only a hash is stored); mint them with the API or
     `manage.py token`, revoke them here."""
 
@@ -358,12 +355,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
     fields = ["user", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
     readonly_fields = fields
     actions = ["revoke"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.action(description="Revoke the selected tokens", permissions=["revoke"])
     def revoke(self, request, queryset) -> None:

@@ -27,6 +27,7 @@ MAY_IMPORT = {
 AUTOMEMORY_HOST_MODULES = {
     "controlplane.models",
     "controlplane.access",
+    "controlplane.admin",
     "controlplane.errors",
     "controlplane.limits",
     "controlplane.selectors",

@@ -1,11 +1,12 @@
 from django.contrib import admin
 
+from controlplane.admin import NoAddOrChangeAdminMixin
 from worker.code_signature import code_signature_matches, code_signature_newest_subquery
 from worker.models import CodexSession, TaskRun, WorkerProcess
 
 
 @admin.register(WorkerProcess)
-class WorkerProcessAdmin(admin.ModelAdmin):
+class WorkerProcessAdmin(NoAddOrChangeAdminMixin, admin.ModelAdmin):
     """Worker processes: read-only; `code` is the signature of the code each started with,
     `newest code` whether it is the newest one running workers report (a worker that runs
     older code is one a deploy has not reached)."""
@@ -36,15 +37,9 @@ class WorkerProcessAdmin(admin.ModelAdmin):
             signature=obj.code_signature, newest=getattr(obj, "newest", None) or ""
         )
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(TaskRun)
-class TaskRunAdmin(admin.ModelAdmin):
+class TaskRunAdmin(NoAddOrChangeAdminMixin, admin.ModelAdmin):
     list_display = [
         "task",
         "turn",
@@ -59,15 +54,9 @@ class TaskRunAdmin(admin.ModelAdmin):
     search_fields = ["worker_id", "=task__id"]
     raw_id_fields = ["task"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(CodexSession)
-class CodexSessionAdmin(admin.ModelAdmin):
+class CodexSessionAdmin(NoAddOrChangeAdminMixin, admin.ModelAdmin):
     """Stored codex sessions: read-only; deleting one makes its thread resumable only
     where a local copy is (docs/codex.md)."""
 
@@ -85,9 +74,3 @@ class CodexSessionAdmin(admin.ModelAdmin):
     search_fields = ["thread_id", "=task__id"]
     raw_id_fields = ["task"]
     exclude = ["data"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False

@@ -19,6 +19,7 @@ from automemory import conf
 from automemory.models import ReportReason
 from automemory.services import memory_tools as tools
 from controlplane.api.common import RejectUnknownFieldsMixin, validated
+from controlplane.api.serializers import StrictIntegerField
 from controlplane.api.throttling import AnonymousRateAuthentication
 from controlplane.models import Task
 
@@ -74,13 +75,6 @@ class HoldsTaskKey(permissions.BasePermission):
 class StrictCharField(serializers.CharField):
     def to_internal_value(self, data):
         if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictIntegerField(serializers.IntegerField):
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
 

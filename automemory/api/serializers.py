@@ -32,9 +32,8 @@ from automemory.models import (
 )
 from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.api.row_output import ObjectValue, OutputField, RowOutput, column
-from controlplane.api.serializers import StrictTextField
+from controlplane.api.serializers import BranchField, StrictTextField
 from controlplane.limits import text_problem
-from controlplane.repository_urls import BRANCH_MAX_CHARS
 
 
 @extend_schema_field({"oneOf": [{"type": "boolean"}, {"type": "integer", "enum": [0, 1]}]})
@@ -384,8 +383,7 @@ class PreviewInput(RejectUnknownFieldsMixin, serializers.Serializer):
     goal = StrictTextField(
         max_length=PREVIEW_TEXT_MAX_CHARS, trim_whitespace=False, required=False, allow_blank=True
     )
-    branch = StrictTextField(
-        max_length=BRANCH_MAX_CHARS,
+    branch = BranchField(
         required=False,
         help_text="The branch the task would be on (the repository's default when absent): "
         "memories citing code are checked against its head now.",

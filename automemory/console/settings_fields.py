@@ -6,7 +6,8 @@ user sees) and describe each field for the template.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any
 
 from django.http import QueryDict
@@ -15,12 +16,8 @@ from automemory.api.serializers import AutoMemorySettingsSerializer, RunInputSer
 from automemory.models import (
     MAX_DURATION_SECONDS,
     MAX_IDLE_SECONDS,
-    MAX_INJECTION_MAX_CHARS,
     MAX_INTERNAL_MCP_SERVERS,
-    MAX_MEMORY_BUDGET_USD,
     MAX_RESULT_CHARS,
-    MAX_UNUSED_DAYS,
-    MIN_INJECTION_MAX_CHARS,
     InjectionRanking,
 )
 
@@ -44,11 +41,12 @@ class SettingField:
     kind: str
     help: str
     group: str
-    minimum: int | None = None
-    maximum: int | float | None = None
+    minimum: int | Decimal | None = None  # the serializer's bounds (settings_fields)
+    maximum: int | Decimal | None = None
 
 
-# Help texts the serializer does not carry (its own help_text wins when it has one).
+# Labels, kinds, groups, and help texts the serializer does not carry (its own help_text
+# wins when it has one; the bounds are always its own).
 _FIELDS = (
     SettingField(
         "generate_memories",
@@ -78,8 +76,6 @@ _FIELDS = (
         INTEGER,
         "Skip extraction when less of this month's quota than this is left (0-100).",
         "Gates",
-        0,
-        100,
     ),
     SettingField(
         "idle_seconds",
@@ -87,8 +83,6 @@ _FIELDS = (
         INTEGER,
         f"A completed task must have been idle this long (0-{MAX_IDLE_SECONDS:,}).",
         "Gates",
-        0,
-        MAX_IDLE_SECONDS,
     ),
     SettingField(
         "min_duration_seconds",
@@ -96,8 +90,6 @@ _FIELDS = (
         INTEGER,
         f"Runs shorter than this are skipped (0-{MAX_DURATION_SECONDS:,}).",
         "Gates",
-        0,
-        MAX_DURATION_SECONDS,
     ),
     SettingField(
         "min_result_chars",
@@ -105,8 +97,6 @@ _FIELDS = (
         INTEGER,
         f"Results shorter than this are skipped (0-{MAX_RESULT_CHARS:,}).",
         "Gates",
-        0,
-        MAX_RESULT_CHARS,
     ),
     SettingField(
         "internal_mcp_servers",
@@ -162,8 +152,6 @@ _FIELDS = (
         DECIMAL,
         "The most auto memory's model calls may cost you in a calendar month (UTC).",
         "Models",
-        0,
-        float(MAX_MEMORY_BUDGET_USD),
     ),
     SettingField(
         "injection_ranking",
@@ -178,8 +166,6 @@ _FIELDS = (
         INTEGER,
         "The most characters the whole injected block may take.",
         "Injection and retention",
-        MIN_INJECTION_MAX_CHARS,
-        MAX_INJECTION_MAX_CHARS,
     ),
     SettingField(
         "max_unused_days",
@@ -187,21 +173,25 @@ _FIELDS = (
         INTEGER,
         "Archive auto memories not cited, edited or restored in this many days (0: never).",
         "Injection and retention",
-        0,
-        MAX_UNUSED_DAYS,
     ),
 )
 
 
 def settings_fields() -> tuple[SettingField, ...]:
-    """Every auto memory setting, in the form's order; help from the API's serializer if set."""
+    """Every auto memory setting, in the form's order, with the bounds the API's serializer
+    holds it to and that serializer's help where it has one."""
     serializer_fields = AutoMemorySettingsSerializer().fields
     fields = []
     for spec in _FIELDS:
-        api_help = serializer_fields[spec.name].help_text
-        if api_help:
+        api = serializer_fields[spec.name]
+        spec = replace(
+            spec,
+            minimum=getattr(api, "min_value", None),
+            maximum=getattr(api, "max_value", None),
+        )
+        if api.help_text:
             # Plain text on the page: the schema's `code` marks are dropped.
-            spec = SettingField(**{**spec.__dict__, "help": str(api_help).replace("`", "")})
+            spec = replace(spec, help=str(api.help_text).replace("`", ""))
         fields.append(spec)
     return tuple(fields)
 

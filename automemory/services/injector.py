@@ -197,7 +197,7 @@ def injection_plan(
     """The memories a first turn with this prompt and goal receives, fitted into the block.
 
     The one path of injection and of the preview: the ranked candidates of each scope
-    (`ranking.memories_for_injection`), then the block that fits `injection_max_chars`.
+    (`ranking.injection_candidates`), then the block that fits `injection_max_chars`.
     With `explain`, also what was left out and why: for the budget, ranked below a scope's
     limit, reported, archived or awaiting approval, read by the same one ranked query.
     Memories citing code are checked against `code` first (`citations.memories_gate`): a
@@ -205,20 +205,16 @@ def injection_plan(
     """
     query_text = f"{goal or ''}\n{prompt}"
     personal = personal_allowed(user_id=user_id, project_id=project_id, preferences=preferences)
-    common = {
-        "user_id": user_id,
-        "project_id": project_id,
-        "ranking": preferences.ranking,
-        "query_text": query_text,
-        "personal": personal,
-    }
-    explained = None
-    if explain:
-        explained = ranking.injection_candidates(**common, explain=PREVIEW_LEFT_OUT_PER_SCOPE)
-        user_candidates = explained.received[MemoryScope.USER]
-        project_candidates = explained.received[MemoryScope.PROJECT]
-    else:
-        user_candidates, project_candidates = ranking.memories_for_injection(**common)
+    found = ranking.injection_candidates(
+        user_id=user_id,
+        project_id=project_id,
+        ranking=preferences.ranking,
+        query_text=query_text,
+        personal=personal,
+        explain=PREVIEW_LEFT_OUT_PER_SCOPE if explain else 0,
+    )
+    user_candidates = found.received[MemoryScope.USER]
+    project_candidates = found.received[MemoryScope.PROJECT]
     gate = citations.memories_gate(user_candidates + project_candidates, code)
     gated = [
         LeftOut(memory, scope, gate.left_out[memory.pk])
@@ -247,8 +243,8 @@ def injection_plan(
     plan = InjectionPlan(
         preferences=preferences, fitted=fitted, candidates=candidates, personal=personal
     )
-    if explained is not None:
-        plan.left_out = gated + _left_out(plan, explained)
+    if explain:
+        plan.left_out = gated + _left_out(plan, found)
     return plan
 
 

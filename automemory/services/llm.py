@@ -432,6 +432,21 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "null": (type(None),),
 }
 
+# The bounds a schema may set, per kind of value: the keywords of the lower and the upper one,
+# what is measured, and what a value out of them is.
+_BOUNDS: tuple[tuple[Any, Callable[[Any], Any], str, str, str, str], ...] = (
+    (str, len, "minLength", "maxLength", "is too short", "is too long"),
+    (
+        int | float,
+        lambda number: number,
+        "minimum",
+        "maximum",
+        "is below the minimum",
+        "is above the maximum",
+    ),
+    (list, len, "minItems", "maxItems", "has too few items", "has too many items"),
+)
+
 
 def schema_problem(value: Any, schema: dict, path: str = "$") -> str | None:
     """What makes `value` not match `schema`, or None. The subset strict structured outputs
@@ -449,28 +464,20 @@ def schema_problem(value: Any, schema: dict, path: str = "$") -> str | None:
             return f"{path} is not of type {'/'.join(names)}"
     if "enum" in schema and value not in schema["enum"]:
         return f"{path} is not one of the allowed values"
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0):
-            return f"{path} is too short"
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            return f"{path} is too long"
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        if "minimum" in schema and value < schema["minimum"]:
-            return f"{path} is below the minimum"
-        if "maximum" in schema and value > schema["maximum"]:
-            return f"{path} is above the maximum"
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            return f"{path} has too few items"
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            return f"{path} has too many items"
-        if "items" in schema:
-            for index, item in enumerate(value):
-                problem = schema_problem(item, schema["items"], f"{path}[{index}]")
-                if problem:
-                    return problem
+    for kind, measure, low, high, too_low, too_high in _BOUNDS:
+        if isinstance(value, kind):
+            size = measure(value)
+            if low in schema and size < schema[low]:
+                return f"{path} {too_low}"
+            if high in schema and size > schema[high]:
+                return f"{path} {too_high}"
+    if isinstance(value, list) and "items" in schema:
+        for index, item in enumerate(value):
+            problem = schema_problem(item, schema["items"], f"{path}[{index}]")
+            if problem:
+                return problem
     if isinstance(value, dict):
         properties = schema.get("properties", {})
         for name in schema.get("required", []):

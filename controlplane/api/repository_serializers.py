@@ -3,9 +3,9 @@
 from rest_framework import serializers
 
 from controlplane.api.common import RejectUnknownFieldsMixin
-from controlplane.api.serializers import StrictTextField
+from controlplane.api.serializers import BranchField, StrictTextField
 from controlplane.models import Repository
-from controlplane.repository_urls import BRANCH_MAX_CHARS, URL_MAX_CHARS
+from controlplane.repository_urls import URL_MAX_CHARS
 from controlplane.services.repositories import CREDENTIAL_MAX_CHARS
 
 
@@ -15,7 +15,7 @@ class RepositoryInput(RejectUnknownFieldsMixin, serializers.Serializer):
         help_text="https://HOST/PATH, ssh://[USER@]HOST/PATH, USER@HOST:PATH, or file:///PATH "
         "inside a folder of REPOSITORY_FILE_ROOTS. No password in it: use `credential`.",
     )
-    default_branch = StrictTextField(max_length=BRANCH_MAX_CHARS, default="main")
+    default_branch = BranchField(default="main")
     credential = StrictTextField(
         max_length=CREDENTIAL_MAX_CHARS,
         required=False,

@@ -62,6 +62,13 @@ class StrictTextField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class BranchField(StrictTextField):
+    """A branch name of a project's repository (at most BRANCH_MAX_CHARS characters)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_length=BRANCH_MAX_CHARS, **kwargs)
+
+
 class StrictIntegerField(serializers.IntegerField):
     """A JSON integer (not a string, float or boolean)."""
 
@@ -132,8 +139,7 @@ class TaskCreateInput(RejectUnknownFieldsMixin, serializers.Serializer):
     parent_task_id = IdField(
         required=False, allow_null=True, help_text="A task of the same project."
     )
-    branch = StrictTextField(
-        max_length=BRANCH_MAX_CHARS,
+    branch = BranchField(
         required=False,
         help_text="The repository's branch to work on (default: its default branch); only on "
         "a project with a repository.",

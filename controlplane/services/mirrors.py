@@ -16,7 +16,7 @@ import functools
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from django.conf import settings
@@ -24,6 +24,7 @@ from django.conf import settings
 from controlplane.credentials import credential_decrypt
 from controlplane.git import (
     GitError,
+    GitResult,
     GitSizeExceeded,
     GitTimeout,
     Remote,
@@ -91,6 +92,38 @@ def git_dir_env(git_dir: Path) -> dict[str, str]:
     return {"GIT_DIR": str(git_dir)}
 
 
+def remote_fetch(
+    git_dir: Path,
+    remote: Remote,
+    refspecs: Sequence[str],
+    *,
+    timeout: float,
+    prune: bool = False,
+    size_limit: tuple[Path, int] | None = None,
+    check: bool = True,
+) -> GitResult:
+    """Fetch `refspecs` from `remote`, with its credential, into the repository at
+    `git_dir`: no tags, no FETCH_HEAD, quietly (and dropping the refs the remote no longer
+    has with `prune`). `timeout`, `size_limit` and `check` as `git_run`'s."""
+    with remote_env(remote) as access:
+        return git_run(
+            [
+                "fetch",
+                *(["--prune"] if prune else []),
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--quiet",
+                remote.url.url,
+                *refspecs,
+            ],
+            env={**git_dir_env(git_dir), **access},
+            timeout=timeout,
+            size_limit=size_limit,
+            secrets=[remote.credential],
+            check=check,
+        )
+
+
 def mirror_fetch(repository: Repository, *, remote: Remote | None = None) -> Path:
     """Bring the repository's mirror on this host up to date with its remote (created on
     first use); its path. MirrorError names the remote and says why when it fails: the
@@ -105,22 +138,14 @@ def mirror_fetch(repository: Repository, *, remote: Remote | None = None) -> Pat
             git_run(["init", "--bare", "--quiet", str(path)], timeout=LOCAL_TIMEOUT_SECONDS)
         limit = settings.WORKER_REPO_MIRROR_MAX_BYTES
         try:
-            with remote_env(remote) as access:
-                git_run(
-                    [
-                        "fetch",
-                        "--prune",
-                        "--no-tags",
-                        "--no-write-fetch-head",
-                        "--quiet",
-                        remote.url.url,
-                        *FETCH_REFSPECS,
-                    ],
-                    env={**git_dir_env(path), **access},
-                    timeout=settings.WORKER_REPO_FETCH_TIMEOUT_SECONDS,
-                    size_limit=(path, limit),
-                    secrets=[remote.credential],
-                )
+            remote_fetch(
+                path,
+                remote,
+                FETCH_REFSPECS,
+                timeout=settings.WORKER_REPO_FETCH_TIMEOUT_SECONDS,
+                prune=True,
+                size_limit=(path, limit),
+            )
         except GitSizeExceeded:
             shutil.rmtree(path, ignore_errors=True)
             raise MirrorError(

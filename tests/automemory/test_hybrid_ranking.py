@@ -19,7 +19,7 @@ from automemory.services import embeddings, fusion, vectors
 from automemory.services.extraction.sweep import GlobalSweeper
 from automemory.services.injector import inject_memories
 from automemory.services.task_keys import task_key_new, task_state_store
-from controlplane.models import Task, TaskStatus
+from controlplane.models import MemoryScope, Task, TaskStatus
 
 BACKUPS = "Database backups run nightly with pg_dump to the offsite bucket; restore drills monthly."
 DISTRACTORS = [
@@ -161,9 +161,9 @@ def test_fusion_orders_a_small_labelled_set_by_reciprocal_ranks(
     vectors.embeddings_refresh()
     settings.AUTOMEMORY_INJECT_PROJECT_LIMIT = len(memories)
     for query, about in LABELLED.items():
-        _, found = ranking.memories_for_injection(
+        found = ranking.injection_candidates(
             user_id=alice.pk, project_id=project.pk, ranking="relevant", query_text=query
-        )
+        ).received[MemoryScope.PROJECT]
         assert found[0].pk == memories[about].pk, query
         # Each ranking on its own, fused by hand: the same order and scores.
         keyword = [

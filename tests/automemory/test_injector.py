@@ -170,7 +170,7 @@ def test_a_failure_is_logged_and_the_task_runs_without_memories(
     def broken(**kwargs):
         raise RuntimeError("selector exploded")
 
-    monkeypatch.setattr("automemory.ranking.memories_for_injection", broken)
+    monkeypatch.setattr("automemory.ranking.injection_candidates", broken)
     result = run(task)
     assert result.prompt == "Fix the login bug"
     assert result.memory_ids == []

@@ -746,3 +746,23 @@ def test_the_worker_round_goes_on_while_the_model_hangs(
     assert summary["extracted"] == 1 and summary["model_calls"] == 1
     (memory,) = client.get(f"/projects/{project.pk}/memories").json()["results"]
     assert memory["content"] == GOOD["memory"]
+
+
+@pytest.mark.parametrize(
+    "value, schema, problem",
+    [
+        ("ab", {"type": "string", "minLength": 3}, "$ is too short"),
+        ("abcd", {"type": "string", "maxLength": 3}, "$ is too long"),
+        ("abc", {"type": "string", "minLength": 3, "maxLength": 3}, None),
+        (-1, {"type": "integer", "minimum": 0}, "$ is below the minimum"),
+        (1.5, {"type": "number", "maximum": 1}, "$ is above the maximum"),
+        (2**53 + 1, {"type": "integer", "maximum": 2**53}, "$ is above the maximum"),
+        (True, {"type": "boolean", "minimum": 2}, None),
+        ([], {"type": "array", "minItems": 1}, "$ has too few items"),
+        ([1, 2], {"type": "array", "maxItems": 1}, "$ has too many items"),
+        (["x"], {"type": "array", "items": {"type": "integer"}}, "$[0] is not of type integer"),
+        ({"a": "xy"}, {"properties": {"a": {"maxLength": 1}}}, "$.a is too long"),
+    ],
+)
+def test_the_schema_check_holds_each_kind_of_value_to_its_bounds(value, schema, problem):
+    assert llm.schema_problem(value, schema) == problem

@@ -1,6 +1,8 @@
 """The OpenAPI schema, the offline API page and the admin pages."""
 
 import pytest
+from django.apps import apps
+from django.contrib.admin import site
 from django.contrib.staticfiles import finders
 
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource
@@ -226,3 +228,32 @@ def test_the_repository_admin_is_read_only_and_never_shows_the_credential(
         assert token not in text and repository.credential_ciphertext not in text
     assert "https://h.example/a.git" in detail.content.decode()
     assert admin_client_logged_in.get("/admin/controlplane/repository/add/").status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("model", "may_delete"),
+    [
+        ("controlplane.AuditEvent", False),
+        ("controlplane.UsageRecord", False),
+        ("controlplane.MonthlySpend", False),
+        ("controlplane.Repository", False),
+        ("controlplane.ApiToken", True),
+        ("automemory.AutoMemoryLog", False),
+        ("automemory.MemoryState", False),
+        ("automemory.SweepState", True),
+        ("automemory.ExtractionDraft", True),
+        ("worker.WorkerProcess", True),
+        ("worker.TaskRun", True),
+        ("worker.CodexSession", True),
+    ],
+)
+def test_rows_that_services_write_are_neither_added_nor_changed_in_the_admin(
+    rf, django_user_model, model, may_delete
+):
+    request = rf.get("/admin/")
+    request.user = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    model_admin = site._registry[apps.get_model(model)]
+
+    assert not model_admin.has_add_permission(request)
+    assert not model_admin.has_change_permission(request)
+    assert model_admin.has_delete_permission(request) is may_delete

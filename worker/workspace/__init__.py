@@ -153,9 +153,7 @@ def _prepare(task: Task, repository: Repository, paths: TaskPaths, lock) -> Work
         if start != base:
             branch_restore(paths, remote=remote, head=start)
         worktree_create(paths, mirror=mirror, start=start, base=base, branch=task.branch)
-    except (BranchError, CheckoutError) as exc:
-        raise WorkspaceError(f"the task's worktree could not be prepared: {exc}") from None
-    except GitError as exc:
+    except (BranchError, CheckoutError, GitError) as exc:
         raise WorkspaceError(f"the task's worktree could not be prepared: {exc}") from None
     return Workspace(
         task_id=task.pk,

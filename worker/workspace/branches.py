@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from controlplane.git import GitError, Remote, git_run, private_dir, remote_env
 from controlplane.models import Task, TaskStatus
-from controlplane.services.mirrors import commit_present, git_dir_env
+from controlplane.services.mirrors import commit_present, git_dir_env, remote_fetch
 from worker.blob_storage import blob_storage_kind, object_storage
 from worker.models import BranchStorage, SessionStorage, TaskBranch
 from worker.workspace.checkouts import TaskPaths
@@ -166,20 +166,7 @@ def branch_restore(paths: TaskPaths, *, remote: Remote, head: str) -> str:
     timeout = settings.WORKER_REPO_FETCH_TIMEOUT_SECONDS
     try:
         if stored.storage == BranchStorage.REMOTE:
-            with remote_env(remote) as access:
-                git_run(
-                    [
-                        "fetch",
-                        "--no-tags",
-                        "--no-write-fetch-head",
-                        "--quiet",
-                        remote.url.url,
-                        refspec,
-                    ],
-                    env={**git_dir_env(paths.git_dir), **access},
-                    timeout=timeout,
-                    secrets=[remote.credential],
-                )
+            remote_fetch(paths.git_dir, remote, [refspec], timeout=timeout)
             outcome = "fetched"
         else:
             data = _bundle_read(stored)

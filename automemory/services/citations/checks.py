@@ -27,6 +27,7 @@ from pathlib import Path
 
 from automemory.models.citations import STALE_STATES, CitationState
 from automemory.services.citations import code
+from automemory.services.citations.anchors import Anchor
 from controlplane.git import GitError
 
 logger = logging.getLogger(__name__)
@@ -41,18 +42,13 @@ CHECKED_STATES = (
 
 
 @dataclass(frozen=True)
-class Cited:
-    """A citation as stored and, after a check, as found: `commit` is the commit at which
-    `start_line`..`end_line` hold the content whose hash is `content_hash`."""
+class Cited(Anchor):
+    """A citation as stored (an anchor of a memory) and, after a check, as found: `commit`
+    is the commit at which `start_line`..`end_line` hold the content whose hash is
+    `content_hash`."""
 
     id: int
     memory_id: int
-    path: str
-    start_line: int
-    end_line: int
-    commit: str
-    branch: str
-    content_hash: str
     state: str
     checked_commit: str = ""
 

@@ -150,19 +150,6 @@ def changed_between(git_dir: Path, old: str, new: str) -> frozenset[str] | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def commit_exists(git_dir: Path, commit: str) -> bool:
-    """Whether `commit` is in the repository (cached: asked only of a commit found not in
-    a base's history, which a force-push may have removed)."""
-    result = git_run(
-        ["cat-file", "-e", f"{commit}^{{commit}}"],
-        env=git_dir_env(git_dir),
-        timeout=LOCAL_TIMEOUT_SECONDS,
-        check=False,
-    )
-    return result.returncode == 0
-
-
-@functools.lru_cache(maxsize=4096)
 def is_ancestor(git_dir: Path, commit: str, head: str) -> bool:
     """Whether `commit` is reachable from `head` (one `git merge-base --is-ancestor`,
     cached per pair: the answer for two commits never changes)."""

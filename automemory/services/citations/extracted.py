@@ -24,14 +24,14 @@ from pathlib import Path, PurePosixPath
 from automemory.models.citations import MAX_CITATIONS_PER_MEMORY, MAX_CITED_LINES
 from automemory.services.citations import code_views, store
 from automemory.services.citations.anchors import Anchor, CitationRefused, anchors_check
-from controlplane.git import GitError, git_run, remote_env
+from controlplane.git import GitError
 from controlplane.models import Repository, Task, TaskDiff
 from controlplane.repository_urls import TASK_BRANCH_PREFIX
 from controlplane.services.mirrors import (
     LOCAL_TIMEOUT_SECONDS,
     MirrorError,
     commit_present,
-    git_dir_env,
+    remote_fetch,
     repository_remote,
 )
 
@@ -114,21 +114,13 @@ def _head_readable(repository: Repository, task: Task) -> Path:
         return git_dir
     remote = repository_remote(repository)
     branch = _task_branch(task)
-    with remote_env(remote) as access:
-        git_run(
-            [
-                "fetch",
-                "--no-tags",
-                "--no-write-fetch-head",
-                "--quiet",
-                remote.url.url,
-                f"+refs/heads/{branch}:refs/cited/{branch}",
-            ],
-            env={**git_dir_env(git_dir), **access},
-            timeout=LOCAL_TIMEOUT_SECONDS,
-            secrets=[remote.credential],
-            check=False,
-        )
+    remote_fetch(
+        git_dir,
+        remote,
+        [f"+refs/heads/{branch}:refs/cited/{branch}"],
+        timeout=LOCAL_TIMEOUT_SECONDS,
+        check=False,
+    )
     if not commit_present(git_dir, task.head_commit):
         raise MirrorError(f"commit {task.head_commit[:12]} is not on the remote")
     return git_dir

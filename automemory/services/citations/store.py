@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import fields
 
 from django.db import connection
 from django.utils import timezone
@@ -18,18 +19,7 @@ from automemory.models.citations import (
 from automemory.services.citations.anchors import Anchor
 from automemory.services.citations.checks import Cited
 
-CITED_FIELDS = (
-    "id",
-    "memory_id",
-    "path",
-    "start_line",
-    "end_line",
-    "commit",
-    "branch",
-    "content_hash",
-    "state",
-    "checked_commit",
-)
+CITED_FIELDS = tuple(field.name for field in fields(Cited))
 
 
 def citations_replace(*, memory_id: int, anchors: list[Anchor]) -> None:
@@ -132,7 +122,7 @@ def branch_merged_save(memory_ids: list[int]) -> None:
 # What a ranked read folds into each memory's row (`ranking.ranked_read`): its citations and
 # its branch scope (when not merged), as JSON arrays, so a read of any number of memories
 # stays one statement.
-FOLDED_CITATION_COLUMNS = CITED_FIELDS[:1] + CITED_FIELDS[2:]
+FOLDED_CITATION_COLUMNS = tuple(name for name in CITED_FIELDS if name != "memory_id")
 
 
 def folded_columns(alias: str = "m") -> str:

@@ -9,7 +9,7 @@ from the start, and the task is never extracted again.
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from automemory.models import AutoMemoryLog, Outcome, Reason
@@ -84,26 +84,12 @@ def memory_retract(task: Task, *, seen: str, now: datetime, force: bool) -> bool
 def _displaced_restore(retracted: IdentityMemory) -> int | None:
     """Make active again the auto memory the retracted one displaced, if there is one."""
     displaced = (
-        IdentityMemory.objects.select_for_update()
-        .filter(
-            superseded_by=retracted,
-            source=MemorySource.AUTO,
-            status=MemoryStatus.SUPERSEDED,
-            project_id=retracted.project_id,
-            goal_key=retracted.goal_key,
-        )
+        _superseded_by(retracted)
+        .filter(goal_key=retracted.goal_key)
         .order_by(F("source_finished_at").desc(nulls_last=True), "-source_task_id")
         .first()
     )
-    if displaced is None:
-        return None
-    try:
-        with transaction.atomic():
-            IdentityMemory.objects.filter(pk=displaced.pk).update(
-                status=MemoryStatus.ACTIVE, superseded_by=None, updated_at=timezone.now()
-            )
-    except IntegrityError:
-        # A sweep wrote a newer active memory of the goal meanwhile: that one stays.
+    if displaced is None or not _reactivated(displaced):
         return None
     return displaced.pk
 
@@ -112,28 +98,30 @@ def _retirements_undo(retracted: IdentityMemory) -> list[int]:
     """Make active again the memories of other goals that a `supersede` answer retired in
     favour of `retracted` (a memory being withdrawn); returns their ids.
 
-    Call inside the retraction's transaction. A memory whose goal has an active memory
-    again meanwhile stays superseded (the per-goal constraint decides, in a savepoint).
+    Call inside the retraction's transaction.
     """
-    retired = (
-        IdentityMemory.objects.select_for_update()
-        .filter(
-            superseded_by=retracted,
-            source=MemorySource.AUTO,
-            status=MemoryStatus.SUPERSEDED,
-            project_id=retracted.project_id,
-        )
-        .exclude(goal_key=retracted.goal_key)
-        .order_by("pk")
+    retired = _superseded_by(retracted).exclude(goal_key=retracted.goal_key).order_by("pk")
+    return [memory.pk for memory in retired if _reactivated(memory)]
+
+
+def _superseded_by(retracted: IdentityMemory) -> QuerySet[IdentityMemory]:
+    """The auto memories of `retracted`'s project that it superseded, locked when read."""
+    return IdentityMemory.objects.select_for_update().filter(
+        superseded_by=retracted,
+        source=MemorySource.AUTO,
+        status=MemoryStatus.SUPERSEDED,
+        project_id=retracted.project_id,
     )
-    restored = []
-    for memory in retired:
-        try:
-            with transaction.atomic():
-                IdentityMemory.objects.filter(pk=memory.pk).update(
-                    status=MemoryStatus.ACTIVE, superseded_by=None, updated_at=timezone.now()
-                )
-        except IntegrityError:
-            continue
-        restored.append(memory.pk)
-    return restored
+
+
+def _reactivated(memory: IdentityMemory) -> bool:
+    """Make a superseded memory active again, in a savepoint; False, and it stays superseded,
+    when its goal has an active memory again meanwhile (the per-goal constraint decides)."""
+    try:
+        with transaction.atomic():
+            IdentityMemory.objects.filter(pk=memory.pk).update(
+                status=MemoryStatus.ACTIVE, superseded_by=None, updated_at=timezone.now()
+            )
+    except IntegrityError:
+        return False
+    return True

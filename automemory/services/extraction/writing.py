@@ -24,6 +24,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -191,7 +192,6 @@ def memory_decision_apply(
     named = set(decision.memory_ids)
     if decision.memory_id is not None:
         named.add(decision.memory_id)
-    visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
     locked, usable, current = _goal_locked(task, key=key, named=named, held=held)
     # What applies: the decision, or `add` when what it names changed meanwhile.
     action, details = decision.action, []
@@ -223,15 +223,12 @@ def memory_decision_apply(
             retired += [pk for pk in decision.memory_ids if pk not in retired]
         memory = IdentityMemory(
             scope=MemoryScope.PROJECT,
-            project_id=task.project_id,
             content=content,
             keywords=list(keywords),
-            source=MemorySource.AUTO,
             source_task_id=task.pk,
-            goal_key=key,
             source_finished_at=task.finished_at,
             created_by_id=task.user_id,
-            visibility=visibility,
+            **_goal_place(task, key=key, held=held),
             **instruction_flag_fields(content),
         )
         if later:
@@ -272,14 +269,8 @@ def _goal_locked(
     """Lock, in id order, the goal's active memory and the memories a decision names; return
     them, those of them this write may change (by id), and the goal's active memory of the
     write's visibility (`current`; held: the author's own; None: none)."""
-    visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
-    goal_current = Q(
-        project_id=task.project_id,
-        goal_key=key,
-        source=MemorySource.AUTO,
-        status=MemoryStatus.ACTIVE,
-        visibility=visibility,
-    )
+    place = _goal_place(task, key=key, held=held)
+    goal_current = Q(**place, status=MemoryStatus.ACTIVE)
     if held:
         goal_current &= Q(created_by_id=task.user_id)
     locked = list(
@@ -299,11 +290,25 @@ def _goal_locked(
         (
             m
             for m in usable.values()
-            if m.goal_key == key and m.source_task_id != task.pk and m.visibility == visibility
+            if m.goal_key == key
+            and m.source_task_id != task.pk
+            and m.visibility == place["visibility"]
         ),
         None,
     )
     return locked, usable, current
+
+
+def _goal_place(task: Task, *, key: str, held: bool) -> dict[str, Any]:
+    """Where an auto memory of the task's goal stands: its project, goal, source and
+    visibility (held: its author's only). A new memory is written there; the goal's active
+    memory that it retires is looked up there."""
+    return {
+        "project_id": task.project_id,
+        "goal_key": key,
+        "source": MemorySource.AUTO,
+        "visibility": MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT,
+    }
 
 
 def _may_change(memory: IdentityMemory, *, task: Task, held: bool) -> bool:

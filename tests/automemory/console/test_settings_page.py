@@ -6,7 +6,16 @@ import pytest
 from playwright.sync_api import expect
 
 from automemory.console.settings_fields import error_messages, settings_fields
-from automemory.models import AutoMemoryLog, AutoMemorySettings, Outcome, Reason
+from automemory.models import (
+    MAX_IDLE_SECONDS,
+    MAX_INJECTION_MAX_CHARS,
+    MAX_UNUSED_DAYS,
+    MIN_INJECTION_MAX_CHARS,
+    AutoMemoryLog,
+    AutoMemorySettings,
+    Outcome,
+    Reason,
+)
 from automemory.services.preferences import SETTINGS_FIELDS
 
 pytestmark = pytest.mark.django_db
@@ -92,6 +101,19 @@ def test_every_setting_has_a_labelled_input_and_help(signed_in_client, alice):
         assert f'for="id_{name}"' in html, name
         assert f'id="id_{name}"' in html, name
         assert f'id="id_{name}_help"' in html, name
+
+
+def test_each_number_input_takes_the_bounds_the_api_holds_it_to(signed_in_client, alice):
+    html = signed_in_client(alice).get("/console/settings").content.decode()
+    for name, low, high in [
+        ("min_rate_limit_remaining_percent", 0, 100),
+        ("idle_seconds", 0, MAX_IDLE_SECONDS),
+        ("injection_max_chars", MIN_INJECTION_MAX_CHARS, MAX_INJECTION_MAX_CHARS),
+        ("max_unused_days", 0, MAX_UNUSED_DAYS),
+    ]:
+        assert f'name="{name}" value="' in html, name
+        tag = html.split(f'name="{name}"', 1)[1].split(">", 1)[0]
+        assert f'min="{low}" max="{high}"' in tag, name
 
 
 @pytest.mark.parametrize(
