@@ -55,7 +55,7 @@ from benchmarks import harness  # noqa: E402
 
 MEMORIES = 350
 MIX = (("task create", 1), ("task get", 3), ("memory list", 3), ("settings get", 3))
-READS = ("task get", "memory list", "task list", "log list", "settings get")
+READS = ("task get", "memory list", "task list", "log list", "feedback list", "settings get")
 TASKS = 350
 RESULT = "The session check now compares expiry with the server clock before it renews. " * 50
 RUN_MAIN = ("WEB_WORKERS", "WEB_THREADS")
@@ -92,7 +92,7 @@ def seed() -> dict:
         text = " ".join(rng.choice(words) for _ in range(rng.randint(40, 110)))
         memory_create(user=user, project=project, content=f"Memory {i}: {text}.")
     task = Task.objects.create(project=project, user=user, prompt="Fix the login bug")
-    completed_tasks(user, project)
+    cited = completed_tasks(user, project)
     # The memories' vectors, written before the servers start: the worker's sweeper would
     # otherwise spend the first minute of the run embedding them beside the server.
     from automemory.services.vectors import embeddings_refresh
@@ -107,17 +107,19 @@ def seed() -> dict:
         "token": token_create(user=user, name="load").key,
         "project": project.pk,
         "task": task.pk,
+        "memory": cited,
     }
 
 
-def completed_tasks(user, project) -> None:
-    """TASKS completed tasks of the user, each with a result and its extraction log row."""
+def completed_tasks(user, project) -> int:
+    """TASKS completed tasks of the user, each with a result and its extraction log row, each
+    having cited the project's newest memory (whose id is returned)."""
     from datetime import timedelta
 
     from django.utils import timezone
 
-    from automemory.models import AutoMemoryLog
-    from controlplane.models import Task, TaskStatus
+    from automemory.models import AutoMemoryLog, FeedbackKind, FeedbackVia, MemoryFeedback
+    from controlplane.models import IdentityMemory, Task, TaskStatus
 
     now = timezone.now()
     tasks = Task.objects.bulk_create(
@@ -143,6 +145,14 @@ def completed_tasks(user, project) -> None:
         )
         for i, task in enumerate(tasks)
     )
+    memory = IdentityMemory.objects.filter(project=project).latest("created_at", "id")
+    MemoryFeedback.objects.bulk_create(
+        MemoryFeedback(
+            memory=memory, task=task, user=user, kind=FeedbackKind.CITE, via=FeedbackVia.MCP
+        )
+        for task in tasks
+    )
+    return memory.pk
 
 
 # --- The server, as `make run` starts it ----------------------------------------------------
@@ -319,6 +329,7 @@ def client(port: int, seed: dict, names: list[str], weights: list[int], seconds:
         "memory list": ("GET", f"/projects/{seed['project']}/memories", 200),
         "task list": ("GET", f"/projects/{seed['project']}/tasks", 200),
         "log list": ("GET", "/users/me/auto-memory-log", 200),
+        "feedback list": ("GET", f"/memories/{seed['memory']}/feedback", 200),
         "settings get": ("GET", "/users/me/auto-memory-settings", 200),
     }
     body = json.dumps({"prompt": "Add a test for the login fix"})
