@@ -44,6 +44,7 @@ AUTOMEMORY_HOST_MODULES = {
     "controlplane.api.serializers",
     "controlplane.api.throttling",
     "controlplane.api.row_output",
+    "controlplane.api.prepared",
     "controlplane.addrport",
     "controlplane.credentials",
     "controlplane.git",

@@ -1,6 +1,7 @@
 """Auto memory endpoints: each states its access rule, input, output and the one service or
 selector it calls (`controlplane.api.common.endpoint`)."""
 
+from django.contrib.auth import get_user_model
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -22,9 +23,23 @@ from automemory.services.preferences import (
 from automemory.services.sharing import memory_share
 from controlplane.access import CREATE_TASK, READ, memory_get_for_change, memory_get_for_read
 from controlplane.api.common import Call, endpoint, memory_access, project_access, task_access
+from controlplane.api.prepared import PreparedList
 from controlplane.api.serializers import MemoryOutput
 from controlplane.errors import ConflictError
-from controlplane.models import MemoryVisibility
+from controlplane.models import IdentityMemory, MemoryVisibility
+
+# The list reads whose statement is built once per shape (`controlplane.api.prepared`), from
+# ids standing for unsaved objects the selectors read the keys of.
+EXTRACTION_LOG = PreparedList(
+    lambda user_id, **filters: s.AutoMemoryLogSerializer.rows(
+        selectors.auto_memory_log_list(user=get_user_model()(pk=user_id)).filter(**filters)
+    )
+)
+MEMORY_FEEDBACK = PreparedList(
+    lambda memory_id, **filters: s.MemoryFeedbackSerializer.rows(
+        selectors.memory_feedback_list(memory=IdentityMemory(pk=memory_id)).filter(**filters)
+    )
+)
 
 
 def _settings_body(settings) -> dict:
@@ -106,9 +121,7 @@ class AutoMemoryLogView(APIView):
 
     # The row's project comes with it (`rows`); the task row itself (its result) is never read.
     get = endpoint(
-        lambda call: s.AutoMemoryLogSerializer.rows(
-            selectors.auto_memory_log_list(user=call.user).filter(**call.data)
-        ),
+        lambda call: EXTRACTION_LOG.bind(user_id=call.user.pk, **call.data),
         query=s.AutoMemoryLogFilterInput,
         output=s.AutoMemoryLogSerializer,
         page=True,
@@ -121,9 +134,7 @@ class MemoryFeedbackView(APIView):
     can read the memory; who reported is not shown."""
 
     get = endpoint(
-        lambda call: s.MemoryFeedbackSerializer.rows(
-            selectors.memory_feedback_list(memory=call.memory).filter(**call.data)
-        ),
+        lambda call: MEMORY_FEEDBACK.bind(memory_id=call.memory.pk, **call.data),
         access=memory_access(memory_get_for_read),
         query=s.MemoryFeedbackFilterInput,
         output=s.MemoryFeedbackSerializer,

@@ -16,6 +16,8 @@ from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
+from controlplane.api.prepared import BoundList
+
 MAX_PAGE_SIZE = 200
 
 
@@ -43,7 +45,9 @@ class Pagination(PageNumberPagination):
         number = checked.validated_data.get("page", 1)
         paginator = self.django_paginator_class(queryset, page_size)
         try:
-            if isinstance(queryset, QuerySet) and counted_in_one_query(queryset):
+            if isinstance(queryset, BoundList) or (
+                isinstance(queryset, QuerySet) and counted_in_one_query(queryset)
+            ):
                 self.page = page_with_total(paginator, number)
             else:
                 self.page = paginator.page(number)
@@ -67,28 +71,37 @@ def counted_in_one_query(queryset: QuerySet) -> bool:
 
 
 def page_with_total(paginator: Paginator, number: int) -> Page:
-    """Page `number` of the paginator's queryset and the list's total, in one query.
+    """Page `number` of the paginator's queryset (or prepared list) and the list's total, in
+    one query.
 
     The total is an uncorrelated scalar subquery beside the rows (evaluated once, not per
     row); the rows keep their LIMIT/OFFSET plan. `InvalidPage` for a page past the last.
     """
-    queryset = paginator.object_list
-    total = (
-        queryset.order_by()
-        .annotate(**{TOTAL: Func("pk", function="COUNT", output_field=IntegerField())})
-        .values(TOTAL)
-    )
+    listed = paginator.object_list
     bottom = (number - 1) * paginator.per_page
+    top = bottom + paginator.per_page
+
+    def page_of(queryset: QuerySet) -> QuerySet:
+        total = (
+            queryset.order_by()
+            .annotate(**{TOTAL: Func("pk", function="COUNT", output_field=IntegerField())})
+            .values(TOTAL)
+        )
+        return queryset.annotate(**{TOTAL: Subquery(total)})[bottom:top]
+
     rows = []
-    if bottom + paginator.per_page < 2**63:  # an OFFSET the databases can take
-        page = queryset.annotate(**{TOTAL: Subquery(total)})
-        rows = list(page[bottom : bottom + paginator.per_page])
+    if top < 2**63:  # an OFFSET the databases can take
+        if isinstance(listed, BoundList):
+            rows = listed.rows(page_of, shape=(bottom, top))
+        else:
+            rows = list(page_of(listed))
     if rows:
         first = rows[0]
         paginator.count = first[TOTAL] if isinstance(first, dict) else getattr(first, TOTAL)
     elif number == 1:
         paginator.count = 0
     else:
+        queryset = listed.queryset() if isinstance(listed, BoundList) else listed
         paginator.count = queryset.count()
     if number > 1 and not rows:
         paginator.validate_number(number)  # raises EmptyPage, naming the last page

@@ -36,7 +36,9 @@ from controlplane.api.common import (
     project_access,
     task_access,
 )
+from controlplane.api.prepared import PreparedList
 from controlplane.limits import text_problem
+from controlplane.models import Project
 from controlplane.services.memories import (
     memory_approve,
     memory_citations_set,
@@ -53,6 +55,29 @@ from controlplane.services.tokens import (
     token_get_for_user,
     token_list,
     token_revoke,
+)
+
+# The list reads whose statement is built once per shape (`controlplane.api.prepared`): the
+# caller and the project come as ids, standing for unsaved objects the selectors read the
+# keys of.
+PROJECT_TASKS = PreparedList(
+    lambda user_id, project_id, status=None: s.TaskSummaryOutput.rows(
+        selectors.task_list(
+            user=get_user_model()(pk=user_id), project=Project(pk=project_id), status=status
+        )
+    )
+)
+PROJECT_MEMORIES = PreparedList(
+    lambda user_id, project_id, **filters: s.MemoryOutput.rows(
+        selectors.memory_list(
+            user=get_user_model()(pk=user_id), project=Project(pk=project_id), **filters
+        )
+    )
+)
+MY_MEMORIES = PreparedList(
+    lambda user_id, **filters: s.MemoryOutput.rows(
+        selectors.memory_list(user=get_user_model()(pk=user_id), **filters)
+    )
 )
 
 # --- Projects -------------------------------------------------------------------------------
@@ -137,8 +162,8 @@ class ProjectMemberView(APIView):
 
 class ProjectTasksView(APIView):
     get = endpoint(
-        lambda call: s.TaskSummaryOutput.rows(
-            selectors.task_list(user=call.user, project=call.project, **call.data)
+        lambda call: PROJECT_TASKS.bind(
+            user_id=call.user.pk, project_id=call.project.pk, **call.data
         ),
         access=project_access(READ),
         query=s.TaskFilterInput,
@@ -218,7 +243,7 @@ class TaskRunsView(APIView):
 
 class MyMemoriesView(APIView):
     get = endpoint(
-        lambda call: s.MemoryOutput.rows(selectors.memory_list(user=call.user, **call.data)),
+        lambda call: MY_MEMORIES.bind(user_id=call.user.pk, **call.data),
         query=s.MemoryFilterInput,
         output=s.MemoryOutput,
         page=True,
@@ -237,8 +262,8 @@ class MyMemoriesView(APIView):
 
 class ProjectMemoriesView(APIView):
     get = endpoint(
-        lambda call: s.MemoryOutput.rows(
-            selectors.memory_list(user=call.user, project=call.project, **call.data)
+        lambda call: PROJECT_MEMORIES.bind(
+            user_id=call.user.pk, project_id=call.project.pk, **call.data
         ),
         access=project_access(READ),
         query=s.MemoryFilterInput,
