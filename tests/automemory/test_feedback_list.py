@@ -18,7 +18,6 @@ from controlplane.models import IdentityMemory, MemoryVisibility
 from controlplane.services.memories import memory_approve
 from tests.controlplane.helpers import assert_rows_are_drf_s_generic_output
 
-
 TOKEN = "ghp_R7x2Kq9LmP4vT8wZ3nB6cY1dF5gH0jS2uE7i"
 
 
@@ -51,9 +50,7 @@ def talked_about(project, alice, bob, vera, task_factory, memory_factory):
     with freeze_time(datetime(2026, 11, 2, 9, 0, 0, tzinfo=UTC)):
         cite(task_factory(project, alice), memory)
     with freeze_time(datetime(2026, 11, 3, 9, 0, 0, tzinfo=UTC)):
-        memory_report(
-            memory=memory, reason="wrong", note="", user=bob, via=FeedbackVia.PERSON
-        )
+        memory_report(memory=memory, reason="wrong", note="", user=bob, via=FeedbackVia.PERSON)
     return memory
 
 
