@@ -252,16 +252,17 @@ def memory_allows(memory: IdentityMemory, *, user, role: str | None, action: str
 
 
 def _memory_get_for(*, user, memory_id, action: str) -> IdentityMemory:
-    pk = object_id_parse(memory_id)
-    memories = IdentityMemory.objects.select_related(*_related[IdentityMemory])
-    memory = memories.filter(pk=pk).first() if pk else None
+    # The memory, its apps' rows and the caller's role in its project: one statement.
+    memory = _with_role(
+        IdentityMemory, object_id_parse(memory_id), user=user, related=(*_related[IdentityMemory],)
+    )
     if memory is None:
         raise NotFound("Memory not found.")
     if memory.scope == MemoryScope.USER:
         if not memory_allows(memory, user=user, role=None, action=action):
             raise NotFound("Memory not found.")
         return memory
-    role = project_role(user=user, project_id=memory.project_id)
+    role = memory.access_role
     if memory.visibility == MemoryVisibility.AUTHOR:
         # Held for its author: they may do anything a member may do with their own memory
         # (share, edit, forget it); for everyone else it does not exist.
