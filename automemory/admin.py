@@ -89,8 +89,9 @@ class TaskAutoMemoryFlagsAdmin(admin.ModelAdmin):
 
 @admin.register(MemoryState)
 class MemoryStateAdmin(admin.ModelAdmin):
-    """Each memory's usage counters and report hold, as the injector and feedback wrote them
-    (read-only: they count what tasks did)."""
+    """Each memory's usage counters and report hold, as the injector and feedback wrote them,
+    and the instruction flags of its text with their approval (read-only: they count what
+    tasks did; an owner approves through the memory's approve action, which audits it)."""
 
     list_display = [
         "memory",
@@ -99,9 +100,17 @@ class MemoryStateAdmin(admin.ModelAdmin):
         "cite_count",
         "report_count",
         "report_hold_at",
+        "flagged",
+        "instruction_flags",
+        "approved_at",
+        "approved_by",
     ]
-    list_filter = [("report_hold_at", admin.EmptyFieldListFilter)]
-    list_select_related = ["memory"]
+    list_filter = [
+        ("report_hold_at", admin.EmptyFieldListFilter),
+        "flagged",
+        ("approved_at", admin.EmptyFieldListFilter),
+    ]
+    list_select_related = ["memory", "approved_by"]
     search_fields = ["memory__id", "memory__content"]
 
     def has_add_permission(self, request) -> bool:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from automemory.models import (
-    MEMORY_USAGE_DEFAULTS,
+    MEMORY_STATE_FIELDS,
     AutoMemorySettings,
     MemorySourceTask,
     MemoryState,
@@ -212,8 +212,9 @@ def memory_factory(db):
         scope = MemoryScope.PROJECT if project is not None else MemoryScope.USER
         author = user or (project.created_by if project is not None else None)
         fields.setdefault("created_by", author)
-        # Auto memory's own row of the memory (usage counters, report hold), when given.
-        state = {name: fields.pop(name) for name in MEMORY_USAGE_DEFAULTS if name in fields}
+        # Auto memory's own row of the memory (usage counters, report hold, instruction
+        # flags and their approval), when given.
+        state = {name: fields.pop(name) for name in MEMORY_STATE_FIELDS if name in fields}
         memory = IdentityMemory.objects.create(
             scope=fields.pop("scope", scope),
             project=project,
@@ -233,9 +234,20 @@ def memory_factory(db):
     return make
 
 
+def memory_stored(**fields) -> IdentityMemory:
+    """`IdentityMemory.objects.create(**fields)`, the values of auto memory's own row of it
+    among them (`MEMORY_STATE_FIELDS`: counters, report hold, instruction flags, approval)
+    written to its `MemoryState`."""
+    state = {name: fields.pop(name) for name in MEMORY_STATE_FIELDS if name in fields}
+    memory = IdentityMemory.objects.create(**fields)
+    if state:
+        MemoryState.objects.create(memory=memory, **state)
+    return memory
+
+
 def memory_usage_of(memory: IdentityMemory) -> MemoryState:
-    """The memory's usage counters and report hold as stored now (auto memory's row; the
-    defaults when it has none)."""
+    """The memory's usage counters, report hold, instruction flags and approval as stored
+    now (auto memory's row; the defaults when it has none)."""
     return MemoryState.objects.filter(memory_id=memory.pk).first() or MemoryState(
         memory_id=memory.pk
     )

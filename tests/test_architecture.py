@@ -255,13 +255,11 @@ HOST_FIELDS = {
     },
 }  # fmt: skip
 # Auto memory's state that is still on the host's memory table (its goal and keywords, the
-# privacy-by-consent visibility, the instruction flags and their approval, the retention's
-# archive time): known, listed, and to move as the rest did. A field
-# leaves this list when it leaves the host.
+# privacy-by-consent visibility, the retention's archive time): known, listed, and to move
+# as the rest did. A field leaves this list when it leaves the host.
 STILL_ON_THE_HOST = {
     "IdentityMemory": {
-        "goal_key", "source_finished_at", "keywords", "visibility", "instruction_flags",
-        "flagged", "approved_at", "approved_by", "archived_at",
+        "goal_key", "source_finished_at", "keywords", "visibility", "archived_at",
     },
 }  # fmt: skip
 # Host code that counts as using a field: the host's and the worker's own modules, not the

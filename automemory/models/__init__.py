@@ -50,11 +50,15 @@ from automemory.models.settings import (  # noqa: F401
     validate_mcp_server_names,
 )
 from automemory.models.state import (  # noqa: F401
+    MEMORY_REVIEW_DEFAULTS,
+    MEMORY_STATE_FIELDS,
     MEMORY_USAGE_DEFAULTS,
     MemorySourceTask,
     MemoryState,
     TaskMemoryState,
     injected_ids_of,
+    memory_awaiting_approval,
+    memory_review,
     memory_usage,
     task_injected_ids,
     tasks_injected_ids,

@@ -40,11 +40,11 @@ class IdentityMemory(models.Model):
     one task each (`source_task`, exposed as `source_thread_id`) and carry `goal_key`, the
     hash of their normalised goal line, so that one goal keeps one active memory.
 
-    A memory's usage counters and report hold are auto memory's, in its own table
-    (`automemory.MemoryState`); the host's API shows them through the values apps register
-    (`selectors.memory_row_extra_register`). The goal, keywords, visibility, instruction
-    flags, archive time and provenance links are still here, with the constraints that keep
-    their invariants (see docs/architecture.md, "The boundary").
+    A memory's usage counters, report hold, instruction flags and their approval are auto
+    memory's, in its own table (`automemory.MemoryState`); the host's API shows them through
+    the values apps register (`selectors.memory_row_extra_register`). The goal, keywords,
+    visibility and archive time are still here, with the constraints that keep their
+    invariants (see docs/architecture.md, "The boundary").
     """
 
     scope = models.CharField(max_length=16, choices=MemoryScope.choices)
@@ -91,19 +91,6 @@ class IdentityMemory(models.Model):
     )
     # Search words a model gave with the memory (model-based extraction); may be empty.
     keywords = models.JSONField(default=list, blank=True)
-    # Content that reads like instructions to the agent ("ignore previous instructions",
-    # role tags...). A flagged memory is injected only once a project owner approved it (an
-    # owner's own text is approved by its author when written).
-    instruction_flags = models.JSONField(default=list, blank=True)
-    flagged = models.BooleanField(default=False)
-    approved_at = models.DateTimeField(null=True, blank=True)
-    approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="approved_memories",
-    )
     # When the retention rule archived the memory (status `archived`); cleared on restore.
     archived_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -160,10 +147,6 @@ class IdentityMemory(models.Model):
                 | (~Q(status="archived") & Q(archived_at__isnull=True)),
                 name="memory_archived_has_time",
             ),
-            models.CheckConstraint(
-                condition=Q(approved_at__isnull=True) | Q(flagged=True),
-                name="memory_approval_needs_flag",
-            ),
             # One auto memory per source task.
             models.UniqueConstraint(
                 fields=["source_task"],
@@ -195,13 +178,3 @@ class IdentityMemory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} memory {self.pk}"
-
-    @property
-    def awaiting_approval(self) -> bool:
-        """A flagged memory no owner has approved yet: it is not injected."""
-        return memory_awaiting_approval(flagged=self.flagged, approved_at=self.approved_at)
-
-
-def memory_awaiting_approval(*, flagged: bool, approved_at) -> bool:
-    """The rule of `IdentityMemory.awaiting_approval`, for rows read without the model."""
-    return flagged and approved_at is None

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, MemoryStatus
 from controlplane.services.instructions import instruction_flags
+from tests.conftest import memory_stored
 
 CHANGELIST = "/admin/controlplane/identitymemory/"
 
@@ -21,7 +22,7 @@ def auto_memory(task_factory, project, alice):
     def make(content="Deploy with make deploy.", **fields) -> IdentityMemory:
         task = task_factory(project, alice, completed=True)
         flags = instruction_flags(content)
-        return IdentityMemory.objects.create(
+        return memory_stored(
             scope="project",
             project=project,
             content=content,

@@ -32,6 +32,7 @@ from django.utils import timezone
 from automemory.models import AutoMemoryLog, ExtractionDraft, MemorySourceTask, Outcome, Reason
 from automemory.services.citations.extracted import task_citations, task_citations_store
 from automemory.services.extraction.log import Verdict, log_row_write
+from automemory.services.memory_state import memory_flags_write
 from automemory.services.text import keywords_clean
 from controlplane.models import (
     IdentityMemory,
@@ -41,7 +42,6 @@ from controlplane.models import (
     MemoryVisibility,
     Task,
 )
-from controlplane.services.instructions import instruction_flag_fields
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +232,6 @@ def memory_decision_apply(
             source_finished_at=task.finished_at,
             created_by_id=task.user_id,
             visibility=visibility,
-            **instruction_flag_fields(content),
         )
         if later:
             memory.status, memory.superseded_by = MemoryStatus.SUPERSEDED, current
@@ -240,6 +239,7 @@ def memory_decision_apply(
             # Retired before the new memory is saved, so the partial unique index holds.
             IdentityMemory.objects.filter(pk=current.pk).update(status=MemoryStatus.SUPERSEDED)
         memory.save()
+        memory_flags_write(memory_id=memory.pk, text=content, created=True)
         MemorySourceTask.objects.create(memory=memory, task=task, merged=False)
         memory_id = memory.pk
         if retired:
@@ -333,8 +333,8 @@ def _merge(task: Task, target: IdentityMemory, *, text: str, keywords: Sequence[
         content=text,
         keywords=keywords_clean([*(target.keywords or []), *keywords]),
         updated_at=timezone.now(),
-        **instruction_flag_fields(text),
     )
+    memory_flags_write(memory_id=target.pk, text=text)
     MemorySourceTask.objects.create(memory=target, task=task, merged=True)
 
 
