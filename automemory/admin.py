@@ -13,6 +13,7 @@ from automemory.models import (
     AutoMemoryLog,
     AutoMemorySettings,
     ExtractionDraft,
+    MemoryGoal,
     MemoryState,
     SweepState,
     TaskAutoMemoryFlags,
@@ -112,6 +113,34 @@ class MemoryStateAdmin(admin.ModelAdmin):
     ]
     list_select_related = ["memory", "approved_by"]
     search_fields = ["memory__id", "memory__content"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(MemoryGoal)
+class MemoryGoalAdmin(admin.ModelAdmin):
+    """Each auto memory's goal, as the writer stored it, and the copies its one-active-per-
+    goal rule reads (read-only: triggers on the host's memory keep them in step)."""
+
+    list_display = [
+        "memory",
+        "goal_key",
+        "source_finished_at",
+        "project_id",
+        "author_id",
+        "visibility",
+        "active",
+    ]
+    list_filter = ["active", "visibility"]
+    list_select_related = ["memory"]
+    search_fields = ["memory__id", "goal_key"]
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -10,6 +10,7 @@ class AutoMemoryConfig(AppConfig):
         from automemory import checks  # noqa: F401  (registers the system checks)
         from automemory.models import task_injected_ids
         from automemory.services.feedback import reports_close
+        from automemory.services.memory_goals import goal_triggers_ensure, memory_restore_problem
         from automemory.services.memory_state import (
             memory_awaiting_review,
             memory_flag_approve,
@@ -30,6 +31,7 @@ class AutoMemoryConfig(AppConfig):
             memory_approved_hook_register,
             memory_content_check_register,
             memory_hold_register,
+            memory_restore_check_register,
             memory_text_review_register,
         )
         from controlplane.services.tasks import (
@@ -67,6 +69,8 @@ class AutoMemoryConfig(AppConfig):
             release=memory_report_hold_release,
             audit=memory_report_hold_audit,
         )
+        # One goal keeps one active auto memory: restoring another of it is refused.
+        memory_restore_check_register(memory_restore_problem)
         # The memory API shows the usage counters, the hold, the instruction flags and
         # their approval (auto memory's own row).
         for name, extra in memory_row_extras().items():
@@ -82,5 +86,7 @@ class AutoMemoryConfig(AppConfig):
         post_migrate.connect(sqlite_search_ensure, sender=self)
         # The vector store's triggers and columns (and the extension, once installed).
         post_migrate.connect(vector_store_ensure, sender=self)
+        # A SQLite table rebuild drops the trigger that keeps the goals' copies in step.
+        post_migrate.connect(goal_triggers_ensure, sender=self)
         # sqlite-vec into every SQLite connection; HNSW's iterative scans on PostgreSQL.
         connection_created.connect(connection_prepare)

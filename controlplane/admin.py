@@ -193,8 +193,6 @@ class IdentityMemoryForm(forms.ModelForm):
             "content",
             "source",
             "source_task",
-            "goal_key",
-            "source_finished_at",
             "status",
             "superseded_by",
             "created_by",

@@ -254,14 +254,12 @@ HOST_FIELDS = {
         "superseded_by", "created_by", "created_at", "updated_at",
     },
 }  # fmt: skip
-# Auto memory's state that is still on the host's memory table (its goal and keywords, the
+# Auto memory's state that is still on the host's memory table (its keywords, the
 # privacy-by-consent visibility, the retention's archive time): known, listed, and to move
 # as the rest did. A field leaves this list when it leaves the host.
 STILL_ON_THE_HOST = {
-    "IdentityMemory": {
-        "goal_key", "source_finished_at", "keywords", "visibility", "archived_at",
-    },
-}  # fmt: skip
+    "IdentityMemory": {"keywords", "visibility", "archived_at"},
+}
 # Host code that counts as using a field: the host's and the worker's own modules, not the
 # models that declare it, their admin pages or the migrations (history).
 HOST_CODE_SKIPPED = {"models", "migrations", "admin.py"}

@@ -22,6 +22,7 @@ from automemory.models.feedback import (  # noqa: F401
 from automemory.models.flags import (  # noqa: F401
     TaskAutoMemoryFlags,
 )
+from automemory.models.goals import MemoryGoal  # noqa: F401
 from automemory.models.injections import MemoryInjectionDay  # noqa: F401
 from automemory.models.log import (  # noqa: F401
     MAX_ERROR_ATTEMPTS,

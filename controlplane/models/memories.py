@@ -36,15 +36,15 @@ class MemoryStatus(models.TextChoices):
 class IdentityMemory(models.Model):
     """A remembered fact about a user (scope user) or a project (scope project).
 
-    User-level memories are written only by hand. Auto memories are project-level, come from
-    one task each (`source_task`, exposed as `source_thread_id`) and carry `goal_key`, the
-    hash of their normalised goal line, so that one goal keeps one active memory.
+    User-level memories are written only by hand. Auto memories are project-level and come
+    from one task each (`source_task`, exposed as `source_thread_id`).
 
     A memory's usage counters, report hold, instruction flags and their approval are auto
-    memory's, in its own table (`automemory.MemoryState`); the host's API shows them through
-    the values apps register (`selectors.memory_row_extra_register`). The goal, keywords,
-    visibility and archive time are still here, with the constraints that keep their
-    invariants (see docs/architecture.md, "The boundary").
+    memory's, in its own table (`automemory.MemoryState`), and so is an auto memory's goal
+    with the rule that one goal keeps one active memory (`automemory.MemoryGoal`); the
+    host's API shows what it shows of them through the values apps register
+    (`selectors.memory_row_extra_register`). The keywords, visibility and archive time are
+    still here (see docs/architecture.md, "The boundary").
     """
 
     scope = models.CharField(max_length=16, choices=MemoryScope.choices)
@@ -70,9 +70,6 @@ class IdentityMemory(models.Model):
         related_name="auto_memories",
         db_column="source_thread_id",
     )
-    goal_key = models.CharField(max_length=64, blank=True, default="")
-    # When the source task finished: the later finish wins when two tasks share a goal.
-    source_finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=16, choices=MemoryStatus.choices, default=MemoryStatus.ACTIVE
     )
@@ -152,18 +149,6 @@ class IdentityMemory(models.Model):
                 fields=["source_task"],
                 condition=Q(source="auto"),
                 name="memory_one_auto_per_task",
-            ),
-            # At most one active auto memory per (project, goal) that the project sees, and
-            # one per (project, goal, author) held for its author.
-            models.UniqueConstraint(
-                fields=["project", "goal_key"],
-                condition=Q(source="auto", status="active", visibility="project"),
-                name="memory_one_active_auto_per_goal",
-            ),
-            models.UniqueConstraint(
-                fields=["project", "goal_key", "created_by"],
-                condition=Q(source="auto", status="active", visibility="author"),
-                name="memory_one_active_held_auto_per_goal",
             ),
             models.CheckConstraint(
                 condition=Q(visibility__in=[v.value for v in MemoryVisibility]),

@@ -116,6 +116,18 @@ def memory_text_reviewed(
     return MemoryTextReview(audit=audit, approved_by_author=approved)
 
 
+# A check takes a memory about to be restored (locked, in the restore's transaction) and
+# returns why it may not be (automemory: its goal has another active memory now), or None.
+MemoryRestoreCheck = Callable[[IdentityMemory], str | None]
+_restore_checks: list[MemoryRestoreCheck] = []
+
+
+def memory_restore_check_register(check: MemoryRestoreCheck) -> None:
+    """Run `check` on every memory before it is restored (once per check)."""
+    if check not in _restore_checks:
+        _restore_checks.append(check)
+
+
 def memory_approved_hook_register(hook: MemoryApprovedHook) -> None:
     """Call `hook(memory=..., user=...)` whenever an owner approves a memory (once per hook)."""
     if hook not in _approved_hooks:
@@ -303,8 +315,9 @@ def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
 def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
     """Bring an archived memory back to active (it is injected again).
 
-    409 when the memory is not archived, or when its goal has another active auto memory
-    now (one goal keeps one active auto memory; forget or edit that one first). Restoring
+    409 when the memory is not archived, or when a registered check refuses it (automemory:
+    its goal has another active auto memory now; one goal keeps one active auto memory,
+    forget or edit that one first). Restoring
     resets the retention clock (`updated_at`), so the next sweep does not archive it again.
     """
     memory = memory_locked(memory)
@@ -312,20 +325,10 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
         raise ConflictError(
             f"Only an archived memory can be restored; this one is {memory.status}."
         )
-    if memory.source == MemorySource.AUTO:
-        current = (
-            IdentityMemory.objects.filter(
-                project_id=memory.project_id,
-                goal_key=memory.goal_key,
-                source=MemorySource.AUTO,
-                status=MemoryStatus.ACTIVE,
-            )
-            .exclude(pk=memory.pk)
-            .values_list("pk", flat=True)
-            .first()
-        )
-        if current is not None:
-            raise ConflictError(_same_goal_message(current))
+    for check in _restore_checks:
+        problem = check(memory)
+        if problem:
+            raise ConflictError(problem)
     archived_at = memory.archived_at
     memory.status = MemoryStatus.ACTIVE
     memory.archived_at = None
@@ -333,8 +336,9 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
         with transaction.atomic():
             memory.save(update_fields=["status", "archived_at", "updated_at"])
     except IntegrityError:
-        # Another active memory of the goal was written between the check and the save.
-        raise ConflictError(_same_goal_message(None)) from None
+        # An app's constraint refused it: another memory took its place between the checks
+        # and the save (auto memory: another active memory of its goal).
+        raise ConflictError(RESTORE_REFUSED) from None
     _audit_memory(
         "memory_restored",
         user=user,
@@ -345,12 +349,10 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
     return memory
 
 
-def _same_goal_message(current_id: int | None) -> str:
-    which = f"memory {current_id}" if current_id else "another memory"
-    return (
-        f"The same goal has an active auto memory now ({which}); forget it before "
-        "restoring this one."
-    )
+RESTORE_REFUSED = (
+    "Another memory took this one's place meanwhile (the same goal has an active auto "
+    "memory now); forget it before restoring this one."
+)
 
 
 @transaction.atomic

@@ -9,7 +9,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from automemory.models import MemorySourceTask, MemoryState, TaskMemoryState
+from automemory.models import MemoryGoal, MemorySourceTask, MemoryState, TaskMemoryState
 from controlplane.models import IdentityMemory, Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -331,3 +331,89 @@ def test_the_instruction_flags_and_their_approval_arrive_whole_and_go_back(befor
     }
     usage = apps.get_model("automemory", "MemoryState").objects.get(memory_id=made["approved"].pk)
     assert (usage.injection_count, usage.cite_count) == (4, 1)
+
+
+# The last migrations before an auto memory's goal left the host's memory.
+BEFORE_GOALS = [
+    ("automemory", "0024_memory_review_copied"),
+    ("controlplane", "0022_memory_review_out"),
+]
+
+
+GOAL_FIELDS = ("goal_key", "source_finished_at", "project_id", "author_id", "visibility", "active")
+
+
+@pytest.fixture
+def before_goals():
+    """The database at BEFORE_GOALS and its historical models; the latest migrations again
+    afterwards."""
+    executor = _executor()
+    executor.migrate(BEFORE_GOALS)
+    yield _executor().loader.project_state(BEFORE_GOALS).apps
+    _latest()
+
+
+def test_the_goals_arrive_whole_with_their_copies_and_go_back(before_goals):
+    User = before_goals.get_model("auth", "User")
+    Project = before_goals.get_model("controlplane", "Project")
+    HistoricalTask = before_goals.get_model("controlplane", "Task")
+    HistoricalMemory = before_goals.get_model("controlplane", "IdentityMemory")
+    alice = User.objects.create(username="alice")
+    bob = User.objects.create(username="bob")
+    project = Project.objects.create(name="webapp", created_by=alice)
+    finished = timezone.now() - timedelta(days=2)
+
+    def auto(goal: str, author, **fields):
+        task = HistoricalTask.objects.create(project=project, user=author, prompt="p")
+        return HistoricalMemory.objects.create(
+            scope="project",
+            project=project,
+            content="c",
+            source="auto",
+            source_task=task,
+            goal_key=goal,
+            created_by=author,
+            **fields,
+        )
+
+    active = auto("deploys", alice, source_finished_at=finished)
+    older = auto("deploys", alice, status="superseded", superseded_by=active)
+    held = auto("deploys", bob, visibility="author", source_finished_at=finished)
+    archived = auto("builds", bob, status="archived", archived_at=finished)
+    manual = HistoricalMemory.objects.create(
+        scope="project", project=project, content="m", created_by=alice
+    )
+
+    _latest()
+
+    goals = {
+        g.memory_id: tuple(getattr(g, name) for name in GOAL_FIELDS)
+        for g in MemoryGoal.objects.all()
+    }
+    assert goals == {
+        active.pk: ("deploys", finished, project.pk, alice.pk, "project", True),
+        older.pk: ("deploys", None, project.pk, alice.pk, "project", False),
+        held.pk: ("deploys", finished, project.pk, bob.pk, "author", True),
+        archived.pk: ("builds", None, project.pk, bob.pk, "project", False),
+    }  # a manual memory without a goal has no row
+    for name in ("goal_key", "source_finished_at"):
+        assert not hasattr(IdentityMemory(), name)
+    # The migrated database keeps the rule: the older one cannot be made active again.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        IdentityMemory.objects.filter(pk=older.pk).update(status="active")
+
+    executor = _executor()
+    executor.migrate(BEFORE_GOALS)
+    Historical = (
+        _executor()
+        .loader.project_state(BEFORE_GOALS)
+        .apps.get_model("controlplane", "IdentityMemory")
+    )
+    back = {m.pk: (m.goal_key, m.source_finished_at) for m in Historical.objects.all()}
+    assert back == {
+        active.pk: ("deploys", finished),
+        older.pk: ("deploys", None),
+        held.pk: ("deploys", finished),
+        archived.pk: ("builds", None),
+        manual.pk: ("", None),
+    }

@@ -116,7 +116,6 @@ def _form(memory: IdentityMemory, **fields) -> dict:
         "content": memory.content,
         "source": memory.source,
         "source_task": memory.source_task_id or "",
-        "goal_key": memory.goal_key,
         "status": memory.status,
         "created_by": memory.created_by_id or "",
     }
@@ -169,7 +168,6 @@ def test_a_memory_added_in_the_admin_is_audited(admin_client, root, project):
             "content": "Release notes live in CHANGES.md.",
             "source": MemorySource.MANUAL,
             "source_task": "",
-            "goal_key": "",
             "status": MemoryStatus.ACTIVE,
             "created_by": root.pk,
         },

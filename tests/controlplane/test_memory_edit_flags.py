@@ -379,7 +379,6 @@ def _admin_form(memory: IdentityMemory, **fields) -> dict:
         "content": memory.content,
         "source": memory.source,
         "source_task": memory.source_task_id or "",
-        "goal_key": memory.goal_key,
         "status": memory.status,
         "created_by": memory.created_by_id or "",
     }

@@ -13,6 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from automemory.models import AutoMemoryLog, Outcome, Reason
+from automemory.services.memory_goals import goal_key_of
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, Task
 from controlplane.services.audit import audit_record
 
@@ -36,7 +37,7 @@ def memory_retract(task: Task, *, seen: str, now: datetime, force: bool) -> bool
     if log is None:
         return False
     memory = (
-        IdentityMemory.objects.select_for_update()
+        IdentityMemory.objects.select_for_update(of=("self",))
         .filter(source=MemorySource.AUTO, source_task_id=task.pk)
         .first()
     )
@@ -84,15 +85,17 @@ def memory_retract(task: Task, *, seen: str, now: datetime, force: bool) -> bool
 def _displaced_restore(retracted: IdentityMemory) -> int | None:
     """Make active again the auto memory the retracted one displaced, if there is one."""
     displaced = (
-        IdentityMemory.objects.select_for_update()
+        IdentityMemory.objects.select_for_update(of=("self",))
         .filter(
             superseded_by=retracted,
             source=MemorySource.AUTO,
             status=MemoryStatus.SUPERSEDED,
             project_id=retracted.project_id,
-            goal_key=retracted.goal_key,
+            auto_memory_goal__goal_key=goal_key_of(retracted),
         )
-        .order_by(F("source_finished_at").desc(nulls_last=True), "-source_task_id")
+        .order_by(
+            F("auto_memory_goal__source_finished_at").desc(nulls_last=True), "-source_task_id"
+        )
         .first()
     )
     if displaced is None:
@@ -116,14 +119,14 @@ def _retirements_undo(retracted: IdentityMemory) -> list[int]:
     again meanwhile stays superseded (the per-goal constraint decides, in a savepoint).
     """
     retired = (
-        IdentityMemory.objects.select_for_update()
+        IdentityMemory.objects.select_for_update(of=("self",))
         .filter(
             superseded_by=retracted,
             source=MemorySource.AUTO,
             status=MemoryStatus.SUPERSEDED,
             project_id=retracted.project_id,
         )
-        .exclude(goal_key=retracted.goal_key)
+        .exclude(auto_memory_goal__goal_key=goal_key_of(retracted))
         .order_by("pk")
     )
     restored = []

@@ -32,6 +32,7 @@ from django.utils import timezone
 from automemory.models import AutoMemoryLog, ExtractionDraft, MemorySourceTask, Outcome, Reason
 from automemory.services.citations.extracted import task_citations, task_citations_store
 from automemory.services.extraction.log import Verdict, log_row_write
+from automemory.services.memory_goals import goal_key_of, memory_goal_store, source_finished_at_of
 from automemory.services.memory_state import memory_flags_write
 from automemory.services.text import keywords_clean
 from controlplane.models import (
@@ -228,8 +229,6 @@ def memory_decision_apply(
             keywords=list(keywords),
             source=MemorySource.AUTO,
             source_task_id=task.pk,
-            goal_key=key,
-            source_finished_at=task.finished_at,
             created_by_id=task.user_id,
             visibility=visibility,
         )
@@ -239,6 +238,7 @@ def memory_decision_apply(
             # Retired before the new memory is saved, so the partial unique index holds.
             IdentityMemory.objects.filter(pk=current.pk).update(status=MemoryStatus.SUPERSEDED)
         memory.save()
+        memory_goal_store(memory, goal_key=key, source_finished_at=task.finished_at)
         memory_flags_write(memory_id=memory.pk, text=content, created=True)
         MemorySourceTask.objects.create(memory=memory, task=task, merged=False)
         memory_id = memory.pk
@@ -274,16 +274,16 @@ def _goal_locked(
     write's visibility (`current`; held: the author's own; None: none)."""
     visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
     goal_current = Q(
-        project_id=task.project_id,
-        goal_key=key,
-        source=MemorySource.AUTO,
-        status=MemoryStatus.ACTIVE,
-        visibility=visibility,
+        auto_memory_goal__project_id=task.project_id,
+        auto_memory_goal__goal_key=key,
+        auto_memory_goal__active=True,
+        auto_memory_goal__visibility=visibility,
     )
     if held:
-        goal_current &= Q(created_by_id=task.user_id)
+        goal_current &= Q(auto_memory_goal__author_id=task.user_id)
     locked = list(
-        IdentityMemory.objects.select_for_update()
+        IdentityMemory.objects.select_for_update(of=("self",))
+        .select_related("auto_memory_goal")
         .filter(goal_current | Q(pk__in=named))
         .order_by("pk")
     )
@@ -299,7 +299,7 @@ def _goal_locked(
         (
             m
             for m in usable.values()
-            if m.goal_key == key and m.source_task_id != task.pk and m.visibility == visibility
+            if goal_key_of(m) == key and m.source_task_id != task.pk and m.visibility == visibility
         ),
         None,
     )
@@ -340,7 +340,7 @@ def _merge(task: Task, target: IdentityMemory, *, text: str, keywords: Sequence[
 
 def finished_later(memory: IdentityMemory, task: Task) -> bool:
     """True when the memory's source task finished after `task` (ties: the higher task id)."""
-    theirs = memory.source_finished_at
+    theirs = source_finished_at_of(memory)
     mine = task.finished_at
     if theirs is None or mine is None:
         return theirs is not None and mine is None

@@ -17,7 +17,7 @@ from automemory.services.feedback import memories_shown_record, memory_cite, mem
 from automemory.services.injector import injections_count
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, Task, TaskStatus
 from controlplane.services import memories as memory_services
-from tests.conftest import memory_usage_of
+from tests.conftest import memory_stored, memory_usage_of
 from worker.executors.echo import EchoExecutor
 from worker.loop import Worker
 
@@ -43,7 +43,7 @@ def reported_by_task(memory, task, *, reason="outdated", note=""):
 def held_for(author, project, task_factory, content="Held: what the agent made of a note."):
     """An auto memory held for `author` (drawn from a task that received their own memories)."""
     task = task_factory(project, author, completed=True)
-    return IdentityMemory.objects.create(
+    return memory_stored(
         scope="project",
         project=project,
         content=content,

@@ -16,11 +16,9 @@ from django.utils.html import escape
 from playwright.sync_api import expect
 
 from automemory.models import (
-    MEMORY_STATE_FIELDS,
     AutoMemoryLog,
     AutoMemorySettings,
     MemorySourceTask,
-    MemoryState,
 )
 from automemory.services.extraction.sweep import process_auto_memories
 from controlplane.models import (
@@ -30,7 +28,7 @@ from controlplane.models import (
     MemorySource,
     MemoryStatus,
 )
-from tests.conftest import memory_usage_of
+from tests.conftest import memory_stored, memory_usage_of
 
 pytestmark = pytest.mark.django_db
 User = get_user_model()
@@ -39,10 +37,9 @@ SECRET_TEXT = "push with token ghp_0123456789abcdefghijABCDEFGHIJ012345 from the
 
 
 def auto_memory(project, task, content, *, goal="goal", **fields):
-    """An auto memory written from `task`, with its provenance row (and auto memory's row
-    of it when usage counters are given)."""
-    state = {name: fields.pop(name) for name in MEMORY_STATE_FIELDS if name in fields}
-    memory = IdentityMemory.objects.create(
+    """An auto memory written from `task`, with its provenance row and its goal (and auto
+    memory's row of it when usage counters or flags are given)."""
+    memory = memory_stored(
         scope=MemoryScope.PROJECT,
         project=project,
         content=content,
@@ -52,8 +49,6 @@ def auto_memory(project, task, content, *, goal="goal", **fields):
         **fields,
     )
     MemorySourceTask.objects.create(memory=memory, task=task)
-    if state:
-        MemoryState.objects.create(memory=memory, **state)
     return memory
 
 
