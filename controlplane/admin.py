@@ -259,7 +259,7 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
         if not change or "content" in form.changed_data:
             # Staff's text is not approved by its author: a project owner reviews it.
             review = memory_text_reviewed(
-                memory=obj, user=request.user, author_may_approve=False, created=not change
+                memory=obj, user=request.user, may_approve=lambda: False, created=not change
             ).audit
         # The form bypasses the project-owner rule the API applies: staff may act, and what
         # they did is in the audit log with them as actor (in the admin's own transaction).

@@ -169,13 +169,14 @@ def memory_held_for_review(memory: IdentityMemory) -> bool:
 
 
 def memory_flags_write(
-    *, memory_id: int, text: str, approved_by=None, created: bool = False
+    *, memory_id: int, text: str, approved_by=None, created: bool = False, flags=None
 ) -> list[str]:
     """Flag the memory's new `text`: its instruction flags, and no approval (new text needs
     a new one) unless `approved_by` approves it as its author. At most one statement: an
     upsert of the memory's row when the text is flagged, else the row's flags cleared (a
-    memory without a row gets none; a `created` one has none). Returns the flags."""
-    flags = instruction_flags(text)
+    memory without a row gets none; a `created` one has none). Returns the flags (`flags`:
+    those of `text`, when the caller has them already)."""
+    flags = instruction_flags(text) if flags is None else flags
     if not flags and created:
         return flags
     if not flags:
@@ -200,7 +201,7 @@ def memory_flags_write(
 
 
 def memory_text_review(
-    *, memory: IdentityMemory, user, author_may_approve: bool, created: bool
+    *, memory: IdentityMemory, user, may_approve, created: bool
 ) -> MemoryTextReview:
     """The host's hook on a memory's new text (`memory_text_review_register`, in the write's
     transaction, the memory saved): its flags stored, approved by `user` when they may
@@ -213,9 +214,10 @@ def memory_text_review(
             .first()
             or previous
         )
-    approver = user if author_may_approve else None
-    flags = memory_flags_write(
-        memory_id=memory.pk, text=memory.content, approved_by=approver, created=created
+    flags = instruction_flags(memory.content)
+    approver = user if flags and may_approve() else None
+    memory_flags_write(
+        memory_id=memory.pk, text=memory.content, approved_by=approver, created=created, flags=flags
     )
     _state_forget(memory)
     audit = {"instruction_flags": flags, "awaiting_approval": bool(flags) and approver is None}

@@ -86,30 +86,29 @@ class MemoryTextReview:
 
 
 # A review takes a memory whose text was just stored (in the write's transaction, the
-# memory saved) with `user`, `author_may_approve` (they could approve it anyway) and
-# `created` (a new memory), and returns a `MemoryTextReview`.
+# memory saved) with `user`, `may_approve` (asks whether they could approve it anyway; a
+# review asks only when there is something to approve) and `created` (a new memory), and
+# returns a `MemoryTextReview`.
 MemoryTextReviewHook = Callable[..., MemoryTextReview]
 _text_reviews: list[MemoryTextReviewHook] = []
 
 
 def memory_text_review_register(review: MemoryTextReviewHook) -> None:
-    """Call `review(memory=..., user=..., author_may_approve=..., created=...)` whenever a
+    """Call `review(memory=..., user=..., may_approve=..., created=...)` whenever a
     memory's text is written by hand (once per review)."""
     if review not in _text_reviews:
         _text_reviews.append(review)
 
 
 def memory_text_reviewed(
-    *, memory: IdentityMemory, user, author_may_approve: bool, created: bool
+    *, memory: IdentityMemory, user, may_approve: Callable[[], bool], created: bool
 ) -> MemoryTextReview:
     """The registered reviews of `memory`'s new text (call in the write's transaction, after
     the save), their audit data merged; `approved_by_author` when one approved it."""
     audit: dict = {}
     approved = None
     for review in _text_reviews:
-        found = review(
-            memory=memory, user=user, author_may_approve=author_may_approve, created=created
-        )
+        found = review(memory=memory, user=user, may_approve=may_approve, created=created)
         audit.update(found.audit)
         if found.approved_by_author is not None:
             approved = {**(approved or {}), **found.approved_by_author}
@@ -209,7 +208,7 @@ def memory_create(
         review = memory_text_reviewed(
             memory=memory,
             user=user,
-            author_may_approve=author_may_approve(user=user, memory=memory),
+            may_approve=lambda: author_may_approve(user=user, memory=memory),
             created=True,
         )
         _audit_memory(
@@ -271,7 +270,7 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
     review = memory_text_reviewed(
         memory=memory,
         user=user,
-        author_may_approve=author_may_approve(user=user, memory=memory),
+        may_approve=lambda: author_may_approve(user=user, memory=memory),
         created=False,
     )
     _audit_memory("memory_updated", user=user, memory=memory, **review.audit)
