@@ -13,6 +13,7 @@ from automemory.models import (
     AutoMemoryLog,
     AutoMemorySettings,
     ExtractionDraft,
+    MemoryGoal,
     MemoryState,
     SweepState,
     TaskAutoMemoryFlags,
@@ -90,8 +91,9 @@ class TaskAutoMemoryFlagsAdmin(admin.ModelAdmin):
 
 @admin.register(MemoryState)
 class MemoryStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """Each memory's usage counters and report hold, as the injector and feedback wrote them
-    (read-only: they count what tasks did)."""
+    """Each memory's usage counters and report hold, as the injector and feedback wrote them,
+    and the instruction flags of its text with their approval (read-only: they count what
+    tasks did; an owner approves through the memory's approve action, which audits it)."""
 
     list_display = [
         "memory",
@@ -100,10 +102,37 @@ class MemoryStateAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "cite_count",
         "report_count",
         "report_hold_at",
+        "flagged",
+        "instruction_flags",
+        "approved_at",
+        "approved_by",
     ]
-    list_filter = [("report_hold_at", admin.EmptyFieldListFilter)]
-    list_select_related = ["memory"]
+    list_filter = [
+        ("report_hold_at", admin.EmptyFieldListFilter),
+        "flagged",
+        ("approved_at", admin.EmptyFieldListFilter),
+    ]
+    list_select_related = ["memory", "approved_by"]
     search_fields = ["memory__id", "memory__content"]
+
+
+@admin.register(MemoryGoal)
+class MemoryGoalAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Each auto memory's goal, as the writer stored it, and the copies its one-active-per-
+    goal rule reads (read-only: triggers on the host's memory keep them in step)."""
+
+    list_display = [
+        "memory",
+        "goal_key",
+        "source_finished_at",
+        "project_id",
+        "author_id",
+        "visibility",
+        "active",
+    ]
+    list_filter = ["active", "visibility"]
+    list_select_related = ["memory"]
+    search_fields = ["memory__id", "goal_key"]
 
 
 @admin.register(AutoMemoryLog)

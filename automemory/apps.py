@@ -10,10 +10,17 @@ class AutoMemoryConfig(AppConfig):
         from automemory import checks  # noqa: F401  (registers the system checks)
         from automemory.models import task_injected_ids
         from automemory.services.feedback import reports_close
+        from automemory.services.memory_goals import goal_triggers_ensure, memory_restore_problem
         from automemory.services.memory_state import (
+            memory_awaiting_review,
+            memory_flag_approve,
+            memory_flag_approved,
+            memory_flag_audit,
             memory_held_by_report,
+            memory_report_hold_audit,
             memory_report_hold_release,
             memory_row_extras,
+            memory_text_review,
         )
         from automemory.services.text import manual_memory_secret_problem
         from automemory.services.transcripts import private_notes_removed
@@ -24,6 +31,8 @@ class AutoMemoryConfig(AppConfig):
             memory_approved_hook_register,
             memory_content_check_register,
             memory_hold_register,
+            memory_restore_check_register,
+            memory_text_review_register,
         )
         from controlplane.services.tasks import (
             task_injected_ids_reader_register,
@@ -45,9 +54,25 @@ class AutoMemoryConfig(AppConfig):
         task_injected_ids_reader_register(task_injected_ids)
         related_register(Task, "auto_memory_state")
         related_register(IdentityMemory, "auto_memory_state")
-        # Approving a memory releases a report's hold on it.
-        memory_hold_register(held=memory_held_by_report, release=memory_report_hold_release)
-        # The memory API shows the usage counters and the hold (auto memory's own row).
+        # Hand-written text is flagged when it reads like instructions to the agent, and
+        # held for a project owner unless its author may approve it (auto memory's row).
+        memory_text_review_register(memory_text_review)
+        # Approving a memory approves its flagged text and releases a report's hold on it.
+        memory_hold_register(
+            held=memory_awaiting_review,
+            release=memory_flag_approve,
+            approved=memory_flag_approved,
+            audit=memory_flag_audit,
+        )
+        memory_hold_register(
+            held=memory_held_by_report,
+            release=memory_report_hold_release,
+            audit=memory_report_hold_audit,
+        )
+        # One goal keeps one active auto memory: restoring another of it is refused.
+        memory_restore_check_register(memory_restore_problem)
+        # The memory API shows the usage counters, the hold, the instruction flags and
+        # their approval (auto memory's own row).
         for name, extra in memory_row_extras().items():
             memory_row_extra_register(name, **extra)
 
@@ -61,5 +86,7 @@ class AutoMemoryConfig(AppConfig):
         post_migrate.connect(sqlite_search_ensure, sender=self)
         # The vector store's triggers and columns (and the extension, once installed).
         post_migrate.connect(vector_store_ensure, sender=self)
+        # A SQLite table rebuild drops the trigger that keeps the goals' copies in step.
+        post_migrate.connect(goal_triggers_ensure, sender=self)
         # sqlite-vec into every SQLite connection; HNSW's iterative scans on PostgreSQL.
         connection_created.connect(connection_prepare)

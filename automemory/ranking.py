@@ -36,12 +36,14 @@ def _state(column: str, default: str) -> str:
     return f"COALESCE((SELECT s.{column} FROM {STATE} s WHERE s.memory_id = m.id), {default})"
 
 
-# Reported and not reviewed yet (the hold is auto memory's, in its own row).
-REPORT_HELD = (
-    f"EXISTS (SELECT 1 FROM {STATE} s WHERE s.memory_id = m.id AND s.report_hold_at IS NOT NULL)"
+# Held for review: flagged as instruction-like and not approved, or reported and not
+# reviewed yet (both auto memory's, in its own row: one primary-key probe).
+HELD = (
+    f"EXISTS (SELECT 1 FROM {STATE} s WHERE s.memory_id = m.id"
+    " AND ((s.flagged AND s.approved_at IS NULL) OR s.report_hold_at IS NOT NULL))"
 )
 # What a task may receive (the SQL alias of the memory table is `m`).
-NOT_HELD = f"(NOT m.flagged OR m.approved_at IS NOT NULL) AND NOT {REPORT_HELD}"
+NOT_HELD = f"NOT {HELD}"
 RECEIVABLE = f"m.status = 'active' AND {NOT_HELD}"
 # What the preview explains as left out: memories a task would receive were they not held
 # or archived.

@@ -30,6 +30,7 @@ from automemory.models import (
     Reason,
     TaskMemoryShown,
     TaskMemoryState,
+    memory_review,
     memory_usage,
     task_injected_ids,
 )
@@ -78,8 +79,8 @@ def _memory_page_queryset(memories: QuerySet[IdentityMemory]) -> QuerySet[Identi
     superseded or was superseded by, and its usage counters and report hold (auto memory's
     row, joined)."""
     return (
-        memories.annotate(**memory_usage())
-        .select_related("created_by", "approved_by", "source_task", "superseded_by")
+        memories.annotate(**memory_usage(), **memory_review())
+        .select_related("created_by", "source_task", "superseded_by")
         .prefetch_related(
             Prefetch(
                 "source_links",
@@ -220,8 +221,11 @@ def _held_for_other(memory: IdentityMemory, user) -> bool:
 
 def _held_for_review() -> Q:
     """Memories an owner has to look at: instruction-like and not approved, or reported."""
-    reported = MemoryState.objects.filter(memory_id=OuterRef("pk"), report_hold_at__isnull=False)
-    return Q(flagged=True, approved_at__isnull=True) | Q(Exists(reported))
+    held = MemoryState.objects.filter(
+        Q(flagged=True, approved_at__isnull=True) | Q(report_hold_at__isnull=False),
+        memory_id=OuterRef("pk"),
+    )
+    return Q(Exists(held))
 
 
 def review_queue_list(*, project, user) -> QuerySet[IdentityMemory]:
@@ -237,7 +241,7 @@ def review_queue_list(*, project, user) -> QuerySet[IdentityMemory]:
     return (
         project_memories_visible_to(user, project_id=project.pk)
         .filter(_held_for_review())
-        .annotate(**memory_usage())
+        .annotate(**memory_usage(), **memory_review())
         .select_related("created_by", "source_task")
         .prefetch_related(Prefetch("feedback", queryset=reports, to_attr="reports"))
         .order_by(

@@ -122,7 +122,7 @@ class Fixture:
         from django.db import connection
         from django.utils import timezone
 
-        from automemory.models import AutoMemoryLog, SweepState
+        from automemory.models import AutoMemoryLog, MemoryGoal, SweepState
         from automemory.services.text import goal_key
         from controlplane.models import IdentityMemory
 
@@ -137,10 +137,15 @@ class Fixture:
                     content=t.prompt,
                     source="auto",
                     source_task=t,
-                    goal_key=goal_key(t),
-                    source_finished_at=t.finished_at,
                 )
                 for t in extracted
+            ],
+            batch_size=2000,
+        )
+        MemoryGoal.objects.bulk_create(
+            [
+                MemoryGoal.of(m, goal_key=goal_key(t), source_finished_at=t.finished_at)
+                for m, t in zip(memories, extracted, strict=True)
             ],
             batch_size=2000,
         )
@@ -288,7 +293,7 @@ class UserSweepFixture:
         from django.db import connection
         from django.utils import timezone
 
-        from automemory.models import AutoMemoryLog
+        from automemory.models import AutoMemoryLog, MemoryGoal
         from automemory.services.text import goal_key
         from controlplane.models import IdentityMemory, Task
 
@@ -309,10 +314,15 @@ class UserSweepFixture:
                     content=task.prompt,
                     source="auto",
                     source_task=task,
-                    goal_key=goal_key(task),
-                    source_finished_at=task.finished_at,
                 )
                 for task in extracted
+            ],
+            batch_size=2000,
+        )
+        MemoryGoal.objects.bulk_create(
+            [
+                MemoryGoal.of(m, goal_key=goal_key(task), source_finished_at=task.finished_at)
+                for m, task in zip(memories, extracted, strict=True)
             ],
             batch_size=2000,
         )

@@ -172,7 +172,7 @@ class Fixture:
         from django.db import transaction
         from django.utils import timezone
 
-        from automemory.models import AutoMemoryLog, MemorySourceTask
+        from automemory.models import AutoMemoryLog, MemoryGoal, MemorySourceTask
         from automemory.services.text import goal_key
         from controlplane.models import IdentityMemory, Task
 
@@ -189,10 +189,15 @@ class Fixture:
                         content=self.history_text(task.pk),
                         source="auto",
                         source_task=task,
-                        goal_key=goal_key(task),
-                        source_finished_at=task.finished_at,
                     )
                     for task in tasks
+                ],
+                batch_size=2000,
+            )
+            MemoryGoal.objects.bulk_create(
+                [
+                    MemoryGoal.of(m, goal_key=goal_key(task), source_finished_at=task.finished_at)
+                    for m, task in zip(memories, tasks, strict=True)
                 ],
                 batch_size=2000,
             )

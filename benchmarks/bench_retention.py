@@ -55,6 +55,7 @@ class Fixture:
         self.serial = 0
 
     def _memories(self, user, count: int, *, age: timedelta, status: str = "active") -> list[int]:
+        from automemory.models import MemoryGoal
         from controlplane.models import IdentityMemory, Task
 
         tasks = Task.objects.bulk_create(
@@ -71,13 +72,16 @@ class Fixture:
                     content=f"fact {self.serial}",
                     source="auto",
                     source_task=task,
-                    goal_key=f"g{self.serial}",
                     created_by=user,
                     status=status,
                     archived_at=self.now if status == "archived" else None,
                 )
             )
         created = IdentityMemory.objects.bulk_create(memories, batch_size=2000)
+        MemoryGoal.objects.bulk_create(
+            [MemoryGoal.of(m, goal_key=f"g{m.pk}", source_finished_at=None) for m in created],
+            batch_size=2000,
+        )
         IdentityMemory.objects.filter(pk__in=[m.pk for m in created]).update(
             updated_at=self.now - age
         )

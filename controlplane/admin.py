@@ -28,8 +28,8 @@ from controlplane.services.audit import audit_record
 from controlplane.services.memories import (
     memory_approve,
     memory_content_validate,
-    memory_flags_apply,
     memory_restore,
+    memory_text_reviewed,
 )
 from controlplane.services.sign_in_locks import sign_in_unlock
 from controlplane.services.tokens import token_revoke
@@ -199,8 +199,6 @@ class IdentityMemoryForm(forms.ModelForm):
             "content",
             "source",
             "source_task",
-            "goal_key",
-            "source_finished_at",
             "status",
             "superseded_by",
             "created_by",
@@ -227,9 +225,10 @@ class IdentityMemoryForm(forms.ModelForm):
 
 @admin.register(IdentityMemory)
 class IdentityMemoryAdmin(admin.ModelAdmin):
-    """Memories with their usage, instruction flags and approval. New or edited content is
-    flagged again through the memory services (an edited text needs a new approval); the
-    approve and restore actions call the same services as the API."""
+    """Memories. New or edited content goes through the registered text reviews as the
+    memory services' does (automemory flags it again: an edited text needs a new approval;
+    the flags and their approval are on auto memory's own admin page); the approve and
+    restore actions call the same services as the API."""
 
     form = IdentityMemoryForm
     list_display = [
@@ -241,8 +240,6 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
         "status",
         "source_task",
         "short_content",
-        "flagged",
-        "approved_at",
         "archived_at",
         "created_at",
     ]
@@ -251,17 +248,11 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
         "project",
         "source",
         "status",
-        "flagged",
-        ("approved_at", admin.EmptyFieldListFilter),
     ]
     list_select_related = ["project", "user", "source_task"]
     search_fields = ["content"]
     autocomplete_fields = ["user", "project", "source_task", "superseded_by", "created_by"]
     readonly_fields = [
-        "instruction_flags",
-        "flagged",
-        "approved_at",
-        "approved_by",
         "archived_at",
         "created_at",
         "updated_at",
@@ -269,11 +260,13 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
     actions = ["approve", "restore"]
 
     def save_model(self, request, obj: IdentityMemory, form, change: bool) -> None:
-        if not change or "content" in form.changed_data:
-            memory_flags_apply(obj)
-            obj.approved_at = None  # a new text needs a new approval
-            obj.approved_by = None
         super().save_model(request, obj, form, change)
+        review = {}
+        if not change or "content" in form.changed_data:
+            # Staff's text is not approved by its author: a project owner reviews it.
+            review = memory_text_reviewed(
+                memory=obj, user=request.user, may_approve=lambda: False, created=not change
+            ).audit
         # The form bypasses the project-owner rule the API applies: staff may act, and what
         # they did is in the audit log with them as actor (in the admin's own transaction).
         if not change or form.changed_data:
@@ -289,7 +282,7 @@ class IdentityMemoryAdmin(admin.ModelAdmin):
                     "source": obj.source,
                     "project_id": obj.project_id,
                     "status": obj.status,
-                    "instruction_flags": obj.instruction_flags,
+                    **review,
                 },
             )
 

@@ -13,12 +13,13 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from automemory.models import (
-    MEMORY_USAGE_DEFAULTS,
+    MEMORY_STATE_FIELDS,
     AutoMemorySettings,
     MemorySourceTask,
     MemoryState,
     TaskMemoryState,
 )
+from automemory.services.memory_goals import memory_goal_store
 from controlplane.models import (
     ApiToken,
     IdentityMemory,
@@ -212,9 +213,9 @@ def memory_factory(db):
         scope = MemoryScope.PROJECT if project is not None else MemoryScope.USER
         author = user or (project.created_by if project is not None else None)
         fields.setdefault("created_by", author)
-        # Auto memory's own row of the memory (usage counters, report hold), when given.
-        state = {name: fields.pop(name) for name in MEMORY_USAGE_DEFAULTS if name in fields}
-        memory = IdentityMemory.objects.create(
+        # Auto memory's own rows of the memory (usage counters, report hold, instruction
+        # flags and their approval; an auto memory's goal), when given.
+        memory = memory_stored(
             scope=fields.pop("scope", scope),
             project=project,
             user=author if scope == MemoryScope.USER else None,
@@ -226,16 +227,33 @@ def memory_factory(db):
         )
         if source_task is not None:
             MemorySourceTask.objects.get_or_create(memory=memory, task=source_task)
-        if state:
-            MemoryState.objects.create(memory=memory, **state)
         return memory
 
     return make
 
 
+def memory_stored(**fields) -> IdentityMemory:
+    """`IdentityMemory.objects.create(**fields)`, the values of auto memory's own rows of it
+    among them: `MEMORY_STATE_FIELDS` (counters, report hold, instruction flags, approval)
+    in its `MemoryState`; an auto memory's `goal_key` and `source_finished_at` in its
+    `MemoryGoal`, as the writer stores it."""
+    state = {name: fields.pop(name) for name in MEMORY_STATE_FIELDS if name in fields}
+    goal = {name: fields.pop(name) for name in ("goal_key", "source_finished_at") if name in fields}
+    memory = IdentityMemory.objects.create(**fields)
+    if state:
+        MemoryState.objects.create(memory=memory, **state)
+    if memory.source == MemorySource.AUTO or any(goal.values()):
+        memory_goal_store(
+            memory,
+            goal_key=goal.get("goal_key", ""),
+            source_finished_at=goal.get("source_finished_at"),
+        )
+    return memory
+
+
 def memory_usage_of(memory: IdentityMemory) -> MemoryState:
-    """The memory's usage counters and report hold as stored now (auto memory's row; the
-    defaults when it has none)."""
+    """The memory's usage counters, report hold, instruction flags and approval as stored
+    now (auto memory's row; the defaults when it has none)."""
     return MemoryState.objects.filter(memory_id=memory.pk).first() or MemoryState(
         memory_id=memory.pk
     )

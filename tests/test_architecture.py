@@ -242,7 +242,10 @@ def test_a_lower_app_names_no_module_of_a_higher_one_by_string(app, never):
 # The fields of the host's task and memory that a control plane has anyway, auto memory or
 # not: who owns a row, what it says, where it came from, its state and who wrote it when.
 # Everything that exists only because of auto memory lives in automemory's own tables
-# (`automemory/models/state.py`: `TaskMemoryState`, `MemoryState`).
+# (`automemory/models/state.py`: `TaskMemoryState`, `MemoryState`; `goals.py`: `MemoryGoal`).
+# A memory's visibility and archive time are the host's access and lifecycle state: its
+# access rules filter every memory read by the visibility, and the archive time goes with
+# the host's `archived` status in one constraint (docs/architecture.md, "The boundary").
 HOST_FIELDS = {
     "Task": {
         "id", "project", "user", "prompt", "goal", "kind", "parent_task", "status", "turn",
@@ -253,19 +256,15 @@ HOST_FIELDS = {
     },
     "IdentityMemory": {
         "id", "scope", "user", "project", "content", "source", "source_task", "status",
-        "superseded_by", "created_by", "created_at", "updated_at",
+        "superseded_by", "created_by", "visibility", "archived_at", "created_at", "updated_at",
     },
 }  # fmt: skip
-# Auto memory's state that is still on the host's memory table (its goal and keywords, the
-# privacy-by-consent visibility, the instruction flags and their approval, the retention's
-# archive time): known, listed, and to move as the rest did. A field
-# leaves this list when it leaves the host.
+# Auto memory's state that is still on the host's memory table (the keywords a model gave,
+# which the full-text index over the memory table reads): known, listed, and to move as the
+# rest did. A field leaves this list when it leaves the host.
 STILL_ON_THE_HOST = {
-    "IdentityMemory": {
-        "goal_key", "source_finished_at", "keywords", "visibility", "instruction_flags",
-        "flagged", "approved_at", "approved_by", "archived_at",
-    },
-}  # fmt: skip
+    "IdentityMemory": {"keywords"},
+}
 # Host code that counts as using a field: the host's and the worker's own modules, not the
 # models that declare it, their admin pages or the migrations (history).
 HOST_CODE_SKIPPED = {"models", "migrations", "admin.py"}

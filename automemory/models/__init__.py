@@ -22,6 +22,7 @@ from automemory.models.feedback import (  # noqa: F401
 from automemory.models.flags import (  # noqa: F401
     TaskAutoMemoryFlags,
 )
+from automemory.models.goals import MemoryGoal  # noqa: F401
 from automemory.models.injections import MemoryInjectionDay  # noqa: F401
 from automemory.models.log import (  # noqa: F401
     MAX_ERROR_ATTEMPTS,
@@ -50,11 +51,15 @@ from automemory.models.settings import (  # noqa: F401
     validate_mcp_server_names,
 )
 from automemory.models.state import (  # noqa: F401
+    MEMORY_REVIEW_DEFAULTS,
+    MEMORY_STATE_FIELDS,
     MEMORY_USAGE_DEFAULTS,
     MemorySourceTask,
     MemoryState,
     TaskMemoryState,
     injected_ids_of,
+    memory_awaiting_approval,
+    memory_review,
     memory_usage,
     task_injected_ids,
     tasks_injected_ids,

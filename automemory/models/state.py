@@ -3,11 +3,13 @@
 The host's `Task` knows nothing of auto memory: the memory tool key of a task's running turn
 and the memories injected into its first turn live here, one row per task that has either
 (written by the worker's claim and by the injector). Nor does its `IdentityMemory`: the
-usage counters and the report hold live here, one row per memory that has any.
+usage counters, the report hold, the instruction flags and their approval live here, one
+row per memory that has any.
 """
 
+from django.conf import settings
 from django.db import models
-from django.db.models import F, Q, Value
+from django.db.models import ExpressionWrapper, F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -91,13 +93,16 @@ def tasks_injected_ids(tasks) -> dict[int, list[int]]:
 
 
 class MemoryState(models.Model):
-    """Auto memory's own state of a memory: its usage counters and the report hold.
+    """Auto memory's own state of a memory: its usage counters, the report hold, and the
+    instruction flags of its text with their approval.
 
-    One row per memory that was ever injected, cited or reported, written by the injector
-    and by feedback (`automemory.services.feedback`) in the transactions that move the
-    counters; a memory without a row has zero counts and no hold (readers join it with
-    LEFT JOIN and COALESCE: `memory_usage`, `ranking`). The host's memory table knows
-    nothing of them.
+    One row per memory that was ever injected, cited, reported or flagged, written by the
+    injector and by feedback (`automemory.services.feedback`) in the transactions that move
+    the counters, and by whatever writes the memory's text (the extraction's writer, the
+    host's memory services through the hook auto memory registers) in that write's
+    transaction; a memory without a row has zero counts, no hold and no flag (readers join
+    it with LEFT JOIN and COALESCE: `memory_usage`, `ranking`). The host's memory table
+    knows nothing of them.
     """
 
     memory = models.OneToOneField(
@@ -115,13 +120,44 @@ class MemoryState(models.Model):
     # Set by a report: the memory is held out of injection and search until a project owner
     # reviews it (approves it, edits it or deletes it).
     report_hold_at = models.DateTimeField(null=True, blank=True)
+    # Text that reads like instructions to the agent ("ignore previous instructions", role
+    # tags...: `controlplane.services.instructions`). A flagged memory is injected only once
+    # a project owner approved it (an owner's own text is approved by its author when
+    # written); new text needs a new approval.
+    instruction_flags = models.JSONField(default=list, blank=True)
+    flagged = models.BooleanField(default=False)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approved_memory_states",
+    )
 
     class Meta:
         db_table = "automemory_memory_state"
         verbose_name = "memory auto memory state"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(approved_at__isnull=True) | Q(flagged=True),
+                name="memory_state_approval_needs_flag",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"auto memory state of memory {self.memory_id}"
+
+    @property
+    def awaiting_approval(self) -> bool:
+        """A flagged memory no owner has approved yet: it is not injected."""
+        return memory_awaiting_approval(flagged=self.flagged, approved_at=self.approved_at)
+
+
+def memory_awaiting_approval(*, flagged, approved_at) -> bool:
+    """The rule of `MemoryState.awaiting_approval`, for values read without the model (a
+    memory without a row reads `flagged` as None or False)."""
+    return bool(flagged) and approved_at is None
 
 
 # The counters of `MemoryState`, and what a memory without a row has.
@@ -134,6 +170,15 @@ MEMORY_USAGE_DEFAULTS = {
     "last_reported_at": None,
     "report_hold_at": None,
 }
+# The instruction flags and their approval, and what a memory without a row has.
+MEMORY_REVIEW_DEFAULTS = {
+    "instruction_flags": [],
+    "flagged": False,
+    "approved_at": None,
+    "approved_by": None,
+}
+# Every value of a memory's `MemoryState` (a test's factory passes these to the row).
+MEMORY_STATE_FIELDS = (*MEMORY_USAGE_DEFAULTS, *MEMORY_REVIEW_DEFAULTS)
 
 
 def memory_usage() -> dict:
@@ -145,6 +190,24 @@ def memory_usage() -> dict:
         path = F(f"auto_memory_state__{name}")
         annotations[name] = Coalesce(path, Value(default)) if default is not None else path
     return annotations
+
+
+def memory_review() -> dict:
+    """ORM annotations of a memory's instruction flags and approval (`MemoryState`, the
+    same LEFT JOIN as `memory_usage`): `flagged`, `instruction_flags` (None without a row),
+    `approved_at`, `approved_by_name` and `awaiting_approval`, so that a page reads them
+    in the memories' own statement."""
+    flagged = Coalesce(F("auto_memory_state__flagged"), Value(False))
+    return {
+        "flagged": flagged,
+        "instruction_flags": F("auto_memory_state__instruction_flags"),
+        "approved_at": F("auto_memory_state__approved_at"),
+        "approved_by_name": F("auto_memory_state__approved_by__username"),
+        "awaiting_approval": ExpressionWrapper(
+            Q(auto_memory_state__flagged=True, auto_memory_state__approved_at__isnull=True),
+            output_field=models.BooleanField(),
+        ),
+    }
 
 
 class MemorySourceTask(models.Model):

@@ -17,6 +17,7 @@ import logging
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from automemory.services.memory_goals import goal_key_of, source_finished_at_of
 from controlplane.errors import ConflictError
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, MemoryVisibility
 from controlplane.services.audit import audit_record
@@ -27,10 +28,11 @@ logger = logging.getLogger(__name__)
 
 def _finished_later(one: IdentityMemory, other: IdentityMemory) -> bool:
     """Whether `one`'s source task finished after `other`'s (ties: the higher task id)."""
-    if one.source_finished_at is None or other.source_finished_at is None:
-        return one.source_finished_at is not None and other.source_finished_at is None
-    if one.source_finished_at != other.source_finished_at:
-        return one.source_finished_at > other.source_finished_at
+    mine, theirs = source_finished_at_of(one), source_finished_at_of(other)
+    if mine is None or theirs is None:
+        return mine is not None and theirs is None
+    if mine != theirs:
+        return mine > theirs
     return (one.source_task_id or 0) > (other.source_task_id or 0)
 
 
@@ -51,10 +53,11 @@ def memory_share(*, user, memory: IdentityMemory) -> IdentityMemory:
     now = timezone.now()
     if locked.source == MemorySource.AUTO and locked.status == MemoryStatus.ACTIVE:
         current = (
-            IdentityMemory.objects.select_for_update()
+            IdentityMemory.objects.select_for_update(of=("self",))
+            .select_related("auto_memory_goal")
             .filter(
                 project_id=locked.project_id,
-                goal_key=locked.goal_key,
+                auto_memory_goal__goal_key=goal_key_of(locked),
                 source=MemorySource.AUTO,
                 status=MemoryStatus.ACTIVE,
                 visibility=MemoryVisibility.PROJECT,

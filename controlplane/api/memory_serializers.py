@@ -14,7 +14,7 @@ from drf_spectacular.types import OpenApiTypes
 from rest_framework import serializers
 
 from controlplane.api.row_output import ObjectValue, OutputField, RowOutput, column
-from controlplane.models import IdentityMemory, memory_awaiting_approval
+from controlplane.models import IdentityMemory
 from controlplane.selectors import memory_extra, memory_row_extra_expression
 from controlplane.services.instructions import INSTRUCTION_FLAG_LABELS
 from controlplane.services.memory_citations import citations_column, citations_read
@@ -49,6 +49,19 @@ class _ExtraInteger(_Extra, serializers.IntegerField):
 
 class _ExtraDateTime(_Extra, serializers.DateTimeField):
     pass
+
+
+class _ExtraBoolean(_Extra, serializers.BooleanField):
+    pass
+
+
+class _ExtraChar(_Extra, serializers.CharField):
+    pass
+
+
+class _ExtraList(_Extra, serializers.ListField):
+    def get_attribute(self, instance):
+        return super().get_attribute(instance) or []
 
 
 def _extra_read(name: str) -> dict:
@@ -128,13 +141,20 @@ MEMORY_OUTPUT: tuple[OutputField, ...] = (
             "from a task that received their own memories) until they share it.",
         ),
     ),
-    column("flagged"),
-    column(
+    # The instruction flags and their approval: auto memory's own row of the memory too.
+    OutputField(
+        "flagged",
+        reads=_extra_read("flagged"),
+        value=lambda row: bool(row.get("flagged")),
+        drf=_ExtraBoolean(extra_default=False),
+    ),
+    OutputField(
         "instruction_flags",
-        value=lambda row: [str(flag) for flag in row["instruction_flags"]],
-        drf=serializers.ListField(
+        reads=_extra_read("instruction_flags"),
+        value=lambda row: [str(flag) for flag in row.get("instruction_flags") or []],
+        drf=_ExtraList(
+            extra_default=[],
             child=serializers.CharField(),
-            read_only=True,
             help_text="Why the content reads like instructions to the agent (flag ids: "
             + ", ".join(
                 f"`{flag}` {label.lower()}" for flag, label in INSTRUCTION_FLAG_LABELS.items()
@@ -145,22 +165,23 @@ MEMORY_OUTPUT: tuple[OutputField, ...] = (
     OutputField(
         "awaiting_approval",
         # `flagged` and `approved_at` are read for their own fields.
-        value=lambda row: memory_awaiting_approval(
-            flagged=row["flagged"], approved_at=row["approved_at"]
-        ),
-        drf=serializers.BooleanField(
-            read_only=True,
+        value=lambda row: bool(row.get("flagged")) and row.get("approved_at") is None,
+        drf=ObjectValue(
+            lambda memory: (
+                bool(memory_extra(memory, "flagged", False))
+                and memory_extra(memory, "approved_at", None) is None
+            ),
+            OpenApiTypes.BOOL,
             help_text="A flagged memory no project owner approved yet: it is not injected, "
             "found or previewed (an owner's own flagged text is approved by its author).",
         ),
     ),
-    column("approved_at", when=True),
+    extra("approved_at", None),
     OutputField(
         "approved_by",
-        reads={"approved_by_name": F("approved_by__username")},
-        drf=serializers.CharField(
-            source="approved_by.username", read_only=True, default=None, allow_null=True
-        ),
+        reads=_extra_read("approved_by"),
+        value=lambda row: row.get("approved_by"),
+        drf=_ExtraChar(extra_default=None, allow_null=True),
     ),
     column("archived_at", when=True),
     OutputField(

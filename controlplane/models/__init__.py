@@ -10,7 +10,6 @@ from controlplane.models.memories import (  # noqa: F401
     MemorySource,
     MemoryStatus,
     MemoryVisibility,
-    memory_awaiting_approval,
 )
 from controlplane.models.projects import (  # noqa: F401
     CREATE_TASK_ROLES,

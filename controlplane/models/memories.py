@@ -36,15 +36,15 @@ class MemoryStatus(models.TextChoices):
 class IdentityMemory(models.Model):
     """A remembered fact about a user (scope user) or a project (scope project).
 
-    User-level memories are written only by hand. Auto memories are project-level, come from
-    one task each (`source_task`, exposed as `source_thread_id`) and carry `goal_key`, the
-    hash of their normalised goal line, so that one goal keeps one active memory.
+    User-level memories are written only by hand. Auto memories are project-level and come
+    from one task each (`source_task`, exposed as `source_thread_id`).
 
-    A memory's usage counters and report hold are auto memory's, in its own table
-    (`automemory.MemoryState`); the host's API shows them through the values apps register
-    (`selectors.memory_row_extra_register`). The goal, keywords, visibility, instruction
-    flags, archive time and provenance links are still here, with the constraints that keep
-    their invariants (see docs/architecture.md, "The boundary").
+    A memory's usage counters, report hold, instruction flags and their approval are auto
+    memory's, in its own table (`automemory.MemoryState`), and so is an auto memory's goal
+    with the rule that one goal keeps one active memory (`automemory.MemoryGoal`); the
+    host's API shows what it shows of them through the values apps register
+    (`selectors.memory_row_extra_register`). The keywords, visibility and archive time are
+    still here (see docs/architecture.md, "The boundary").
     """
 
     scope = models.CharField(max_length=16, choices=MemoryScope.choices)
@@ -70,9 +70,6 @@ class IdentityMemory(models.Model):
         related_name="auto_memories",
         db_column="source_thread_id",
     )
-    goal_key = models.CharField(max_length=64, blank=True, default="")
-    # When the source task finished: the later finish wins when two tasks share a goal.
-    source_finished_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(
         max_length=16, choices=MemoryStatus.choices, default=MemoryStatus.ACTIVE
     )
@@ -91,19 +88,6 @@ class IdentityMemory(models.Model):
     )
     # Search words a model gave with the memory (model-based extraction); may be empty.
     keywords = models.JSONField(default=list, blank=True)
-    # Content that reads like instructions to the agent ("ignore previous instructions",
-    # role tags...). A flagged memory is injected only once a project owner approved it (an
-    # owner's own text is approved by its author when written).
-    instruction_flags = models.JSONField(default=list, blank=True)
-    flagged = models.BooleanField(default=False)
-    approved_at = models.DateTimeField(null=True, blank=True)
-    approved_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="approved_memories",
-    )
     # When the retention rule archived the memory (status `archived`); cleared on restore.
     archived_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -160,27 +144,11 @@ class IdentityMemory(models.Model):
                 | (~Q(status="archived") & Q(archived_at__isnull=True)),
                 name="memory_archived_has_time",
             ),
-            models.CheckConstraint(
-                condition=Q(approved_at__isnull=True) | Q(flagged=True),
-                name="memory_approval_needs_flag",
-            ),
             # One auto memory per source task.
             models.UniqueConstraint(
                 fields=["source_task"],
                 condition=Q(source="auto"),
                 name="memory_one_auto_per_task",
-            ),
-            # At most one active auto memory per (project, goal) that the project sees, and
-            # one per (project, goal, author) held for its author.
-            models.UniqueConstraint(
-                fields=["project", "goal_key"],
-                condition=Q(source="auto", status="active", visibility="project"),
-                name="memory_one_active_auto_per_goal",
-            ),
-            models.UniqueConstraint(
-                fields=["project", "goal_key", "created_by"],
-                condition=Q(source="auto", status="active", visibility="author"),
-                name="memory_one_active_held_auto_per_goal",
             ),
             models.CheckConstraint(
                 condition=Q(visibility__in=[v.value for v in MemoryVisibility]),
@@ -195,13 +163,3 @@ class IdentityMemory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} memory {self.pk}"
-
-    @property
-    def awaiting_approval(self) -> bool:
-        """A flagged memory no owner has approved yet: it is not injected."""
-        return memory_awaiting_approval(flagged=self.flagged, approved_at=self.approved_at)
-
-
-def memory_awaiting_approval(*, flagged: bool, approved_at) -> bool:
-    """The rule of `IdentityMemory.awaiting_approval`, for rows read without the model."""
-    return flagged and approved_at is None

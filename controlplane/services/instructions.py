@@ -2,11 +2,11 @@
 
 A memory is injected into the first turn of later tasks, so text such as "ignore previous
 instructions" or a fake `<system>` turn stored in one could steer every later agent run.
-`instruction_flags(text)` names what it found as stable flag ids; the memory services store
-them in `IdentityMemory.instruction_flags` and set `flagged`. A flagged memory is not
-injected, found or previewed until a project owner approves it, whoever wrote it (the sweep,
-an agent, a member); a project owner's own flagged text counts as approved by its author
-(recorded in `approved_by` and audited).
+`instruction_flags(text)` names what it found as stable flag ids; auto memory stores them
+with the memory (`automemory.MemoryState.instruction_flags`, and `flagged`). A flagged
+memory is not injected, found or previewed until a project owner approves it, whoever wrote
+it (the sweep, an agent, a member); a project owner's own flagged text counts as approved by
+its author (recorded in `approved_by` and audited).
 
 The trade-off: project memories are full of imperatives ("Tests must pass before merge",
 "Always run `make lint`", "You must not push to main"). Those are conventions about the
@@ -458,15 +458,3 @@ def instruction_flags(text: str) -> list[str]:
 def instruction_flag_labels(flags: list[str]) -> list[dict[str, str]]:
     """`[{id, label}]` for stored flag ids (an id no longer known keeps its id as label)."""
     return [{"id": flag, "label": INSTRUCTION_FLAG_LABELS.get(flag, flag)} for flag in flags]
-
-
-def instruction_flag_fields(text: str) -> dict:
-    """The memory fields to write with new content `text` (`IdentityMemory(**...)` or a
-    queryset's `update(**...)`): its flags, and no approval, since new text needs a new one."""
-    flags = instruction_flags(text)
-    return {
-        "instruction_flags": flags,
-        "flagged": bool(flags),
-        "approved_at": None,
-        "approved_by": None,
-    }

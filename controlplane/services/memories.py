@@ -1,15 +1,17 @@
 """Identity memories written and forgotten by hand (auto memories come from automemory).
 
 Hand-written text (here and in the admin's memory form) passes the registered content checks
-first. The host knows no rules of its own: an app registers a check (automemory registers its
-secret check in `ready()`), so the host never imports the apps that plug into it.
+first, and once stored the registered text reviews (automemory flags instruction-like text
+and holds it for a project owner). The host knows no rules of its own: an app registers its
+checks, reviews and holds (automemory in `ready()`), so the host never imports the apps that
+plug into it.
 """
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from controlplane.access import APPROVE_MEMORY, project_role, role_allows
 from controlplane.errors import ConflictError, DomainError, NotFoundError
@@ -22,7 +24,6 @@ from controlplane.models import (
     Project,
 )
 from controlplane.services.audit import audit_record
-from controlplane.services.instructions import instruction_flags
 from controlplane.services.memory_citations import citations_prepare, citations_store
 
 logger = logging.getLogger(__name__)
@@ -49,18 +50,81 @@ MemoryApprovedHook = Callable[..., None]
 _approved_hooks: list[MemoryApprovedHook] = []
 
 
-# A hold an app puts on a memory until a project owner reviews it (automemory: a report
-# holds it out of injection and search): whether it holds a memory, and its release, which
-# approving calls in its transaction.
-MemoryHold = tuple[Callable[[IdentityMemory], bool], Callable[..., object]]
+@dataclass(frozen=True)
+class MemoryHold:
+    """A hold an app puts on a memory until a project owner reviews it (automemory: a
+    report, or instruction-like text not yet approved). `held(memory)`: whether it holds
+    the memory; `release(memory=..., user=...)`: lift it (approving calls it in its
+    transaction, the memory locked); `approved(memory)`: whether it held the memory and an
+    approval still stands (approving again changes nothing); `audit(memory=...,
+    released=...)`: what the approval's audit event says of it."""
+
+    held: Callable[[IdentityMemory], bool]
+    release: Callable[..., object]
+    approved: Callable[[IdentityMemory], bool] | None = None
+    audit: Callable[..., dict] | None = None
+
+
 _holds: list[MemoryHold] = []
 
 
-def memory_hold_register(*, held: Callable[[IdentityMemory], bool], release) -> None:
-    """Let approving release an app's hold: `held(memory)` says whether it holds one,
-    `release(memory=...)` lifts it."""
-    if (held, release) not in _holds:
-        _holds.append((held, release))
+def memory_hold_register(*, held, release, approved=None, audit=None) -> None:
+    """Let approving release an app's hold (see `MemoryHold`; once per hold)."""
+    hold = MemoryHold(held=held, release=release, approved=approved, audit=audit)
+    if hold not in _holds:
+        _holds.append(hold)
+
+
+@dataclass(frozen=True)
+class MemoryTextReview:
+    """What an app's review of a memory's new text found: data for the write's audit event,
+    and, when the text counts as approved by its author, the data of that approval's event
+    (`memory_approved` with `by_author`)."""
+
+    audit: dict
+    approved_by_author: dict | None = None
+
+
+# A review takes a memory whose text was just stored (in the write's transaction, the
+# memory saved) with `user`, `may_approve` (asks whether they could approve it anyway; a
+# review asks only when there is something to approve) and `created` (a new memory), and
+# returns a `MemoryTextReview`.
+MemoryTextReviewHook = Callable[..., MemoryTextReview]
+_text_reviews: list[MemoryTextReviewHook] = []
+
+
+def memory_text_review_register(review: MemoryTextReviewHook) -> None:
+    """Call `review(memory=..., user=..., may_approve=..., created=...)` whenever a
+    memory's text is written by hand (once per review)."""
+    if review not in _text_reviews:
+        _text_reviews.append(review)
+
+
+def memory_text_reviewed(
+    *, memory: IdentityMemory, user, may_approve: Callable[[], bool], created: bool
+) -> MemoryTextReview:
+    """The registered reviews of `memory`'s new text (call in the write's transaction, after
+    the save), their audit data merged; `approved_by_author` when one approved it."""
+    audit: dict = {}
+    approved = None
+    for review in _text_reviews:
+        found = review(memory=memory, user=user, may_approve=may_approve, created=created)
+        audit.update(found.audit)
+        if found.approved_by_author is not None:
+            approved = {**(approved or {}), **found.approved_by_author}
+    return MemoryTextReview(audit=audit, approved_by_author=approved)
+
+
+# A check takes a memory about to be restored (locked, in the restore's transaction) and
+# returns why it may not be (automemory: its goal has another active memory now), or None.
+MemoryRestoreCheck = Callable[[IdentityMemory], str | None]
+_restore_checks: list[MemoryRestoreCheck] = []
+
+
+def memory_restore_check_register(check: MemoryRestoreCheck) -> None:
+    """Run `check` on every memory before it is restored (once per check)."""
+    if check not in _restore_checks:
+        _restore_checks.append(check)
 
 
 def memory_approved_hook_register(hook: MemoryApprovedHook) -> None:
@@ -90,22 +154,10 @@ def author_may_approve(*, user, memory: IdentityMemory) -> bool:
     return role_allows(role, APPROVE_MEMORY)
 
 
-def _approve_by_author(*, user, memory: IdentityMemory) -> bool:
-    """Approve `memory`'s flagged text (not saved) when its author may; returns whether."""
-    if not memory.flagged or not author_may_approve(user=user, memory=memory):
-        return False
-    memory.approved_at = timezone.now()
-    memory.approved_by = user
-    return True
-
-
-def _audit_approved(
-    *, user, memory: IdentityMemory, by_author: bool = False, report_hold_released: bool = False
-) -> None:
-    data = {"project_id": memory.project_id, "instruction_flags": memory.instruction_flags}
+def _audit_approved(*, user, memory: IdentityMemory, by_author: bool = False, **data) -> None:
+    data = {"project_id": memory.project_id, **data}
     if by_author:
         data["by_author"] = True
-    data["report_hold_released"] = report_hold_released
     audit_record(
         action="memory_approved", actor=user, target_type="memory", target_id=memory.pk, data=data
     )
@@ -133,15 +185,14 @@ def memory_create(
     """A manual memory: about `project` when given, else about the user themself, citing
     `citations` of the project's code when given (checked first: `memory_citations`).
 
-    Text flagged as instruction-like is held for a project owner's approval, unless its
-    author may approve it (a project owner, or the user of a user-level memory): then it is
-    approved by its author at once, recorded in `approved_by` and audited (`memory_approved`
-    with `by_author`)."""
+    The registered reviews see the new text (automemory holds instruction-like text for a
+    project owner's approval, unless its author may approve it: a project owner, or the user
+    of a user-level memory; then it is approved by its author at once and audited,
+    `memory_approved` with `by_author`)."""
     content = memory_content_validate(content=content)
     prepared = None
     if citations:
         prepared = citations_prepare(project=project, citations=citations)
-    flags = instruction_flags(content)
     memory = IdentityMemory(
         scope=MemoryScope.USER if project is None else MemoryScope.PROJECT,
         user=user if project is None else None,
@@ -149,24 +200,26 @@ def memory_create(
         content=content,
         source=MemorySource.MANUAL,
         created_by=user,
-        instruction_flags=flags,
-        flagged=bool(flags),
     )
-    by_author = _approve_by_author(user=user, memory=memory)
     with transaction.atomic():
         memory.save()
         if prepared is not None:
             citations_store(memory=memory, prepared=prepared)
+        review = memory_text_reviewed(
+            memory=memory,
+            user=user,
+            may_approve=lambda: author_may_approve(user=user, memory=memory),
+            created=True,
+        )
         _audit_memory(
             "memory_created",
             user=user,
             memory=memory,
-            instruction_flags=flags,
-            awaiting_approval=memory.awaiting_approval,
+            **review.audit,
             citations=len(citations or []),
         )
-        if by_author:
-            _audit_approved(user=user, memory=memory, by_author=True)
+        if review.approved_by_author is not None:
+            _audit_approved(user=user, memory=memory, by_author=True, **review.approved_by_author)
     return memory
 
 
@@ -184,19 +237,6 @@ def memory_citations_set(*, user, memory: IdentityMemory, citations: list[dict])
             "memory_citations_changed", user=user, memory=memory, citations=len(citations)
         )
     return memory
-
-
-def memory_flags_apply(memory: IdentityMemory) -> bool:
-    """Set `memory`'s instruction flags from its content (not saved). An approval stands only
-    while the flags it approved are unchanged; returns whether the flags changed."""
-    flags = instruction_flags(memory.content)
-    changed = flags != list(memory.instruction_flags or [])
-    memory.instruction_flags = flags
-    memory.flagged = bool(flags)
-    if changed or not flags:
-        memory.approved_at = None
-        memory.approved_by = None
-    return changed
 
 
 MEMORY_GONE = "Memory not found."
@@ -217,44 +257,25 @@ def memory_locked(memory: IdentityMemory) -> IdentityMemory:
 def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemory:
     """Replace a memory's content (manual or auto; an auto memory edited by hand stays auto).
 
-    The content passes the same checks as a new memory's and is flagged again: new text
-    needs a new approval, so an approval is cleared whenever the content changes and the
-    result is still flagged, unless the editor may approve it (then it is approved by its
-    author, as in `memory_create`). The caller has checked the user may (see
-    controlplane.access).
+    The content passes the same checks as a new memory's and the registered reviews see it
+    again (automemory: new text needs a new approval, unless the editor may approve it, as
+    in `memory_create`). The caller has checked the user may (see controlplane.access).
     """
     content = memory_content_validate(content=content)
     memory = memory_locked(memory)
     if content == memory.content:
         return memory
-    previous_flags = list(memory.instruction_flags or [])
-    was_approved = memory.approved_at is not None
     memory.content = content
-    memory_flags_apply(memory)
-    memory.approved_at = None
-    memory.approved_by = None
-    by_author = _approve_by_author(user=user, memory=memory)
-    memory.save(
-        update_fields=[
-            "content",
-            "instruction_flags",
-            "flagged",
-            "approved_at",
-            "approved_by",
-            "updated_at",
-        ]
-    )
-    _audit_memory(
-        "memory_updated",
-        user=user,
+    memory.save(update_fields=["content", "updated_at"])
+    review = memory_text_reviewed(
         memory=memory,
-        instruction_flags=memory.instruction_flags,
-        previous_instruction_flags=previous_flags,
-        approval_cleared=was_approved,
-        awaiting_approval=memory.awaiting_approval,
+        user=user,
+        may_approve=lambda: author_may_approve(user=user, memory=memory),
+        created=False,
     )
-    if by_author:
-        _audit_approved(user=user, memory=memory, by_author=True)
+    _audit_memory("memory_updated", user=user, memory=memory, **review.audit)
+    if review.approved_by_author is not None:
+        _audit_approved(user=user, memory=memory, by_author=True, **review.approved_by_author)
     return memory
 
 
@@ -262,33 +283,30 @@ def memory_update(*, user, memory: IdentityMemory, content: str) -> IdentityMemo
 def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
     """Release a memory held for review: a project owner read it and found it fine.
 
-    A memory is held when its text is flagged as instruction-like and not yet approved
-    (whoever wrote it: the sweep, an agent, a member), or when an app holds it (auto memory:
-    a report, `memory_hold_register`); approving releases both, and the memory is injected
-    and found again.
+    A memory is held when an app holds it (`memory_hold_register`; auto memory: its text is
+    flagged as instruction-like and not yet approved, whoever wrote it, or a report holds
+    it); approving releases every hold, and the memory is injected and found again.
     Approving an approved memory changes nothing; 409 when it is neither flagged nor
     reported. The caller has checked the user owns the project (see controlplane.access).
     """
     memory = memory_locked(memory)
-    flag_pending = memory.flagged and memory.approved_at is None
-    releases = [release for held, release in _holds if held(memory)]
-    if not flag_pending and not releases:
-        if memory.flagged:
+    held = [hold for hold in _holds if hold.held(memory)]
+    if not held:
+        if any(hold.approved is not None and hold.approved(memory) for hold in _holds):
             return memory
         raise ConflictError(
             "This memory is not held for review: only a flagged or reported memory awaits approval."
         )
-    fields = ["updated_at"]
-    if flag_pending:
-        memory.approved_at = timezone.now()
-        memory.approved_by = user
-        fields += ["approved_at", "approved_by"]
-    memory.save(update_fields=fields)
-    for release in releases:
-        release(memory=memory)
+    memory.save(update_fields=["updated_at"])
+    for hold in held:
+        hold.release(memory=memory, user=user)
     for hook in _approved_hooks:
         hook(memory=memory, user=user)
-    _audit_approved(user=user, memory=memory, report_hold_released=bool(releases))
+    data = {}
+    for hold in _holds:
+        if hold.audit is not None:
+            data.update(hold.audit(memory=memory, released=hold in held))
+    _audit_approved(user=user, memory=memory, **data)
     return memory
 
 
@@ -296,8 +314,9 @@ def memory_approve(*, user, memory: IdentityMemory) -> IdentityMemory:
 def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
     """Bring an archived memory back to active (it is injected again).
 
-    409 when the memory is not archived, or when its goal has another active auto memory
-    now (one goal keeps one active auto memory; forget or edit that one first). Restoring
+    409 when the memory is not archived, or when a registered check refuses it (automemory:
+    its goal has another active auto memory now; one goal keeps one active auto memory,
+    forget or edit that one first). Restoring
     resets the retention clock (`updated_at`), so the next sweep does not archive it again.
     """
     memory = memory_locked(memory)
@@ -305,20 +324,10 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
         raise ConflictError(
             f"Only an archived memory can be restored; this one is {memory.status}."
         )
-    if memory.source == MemorySource.AUTO:
-        current = (
-            IdentityMemory.objects.filter(
-                project_id=memory.project_id,
-                goal_key=memory.goal_key,
-                source=MemorySource.AUTO,
-                status=MemoryStatus.ACTIVE,
-            )
-            .exclude(pk=memory.pk)
-            .values_list("pk", flat=True)
-            .first()
-        )
-        if current is not None:
-            raise ConflictError(_same_goal_message(current))
+    for check in _restore_checks:
+        problem = check(memory)
+        if problem:
+            raise ConflictError(problem)
     archived_at = memory.archived_at
     memory.status = MemoryStatus.ACTIVE
     memory.archived_at = None
@@ -326,8 +335,9 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
         with transaction.atomic():
             memory.save(update_fields=["status", "archived_at", "updated_at"])
     except IntegrityError:
-        # Another active memory of the goal was written between the check and the save.
-        raise ConflictError(_same_goal_message(None)) from None
+        # An app's constraint refused it: another memory took its place between the checks
+        # and the save (auto memory: another active memory of its goal).
+        raise ConflictError(RESTORE_REFUSED) from None
     _audit_memory(
         "memory_restored",
         user=user,
@@ -338,12 +348,10 @@ def memory_restore(*, user, memory: IdentityMemory) -> IdentityMemory:
     return memory
 
 
-def _same_goal_message(current_id: int | None) -> str:
-    which = f"memory {current_id}" if current_id else "another memory"
-    return (
-        f"The same goal has an active auto memory now ({which}); forget it before "
-        "restoring this one."
-    )
+RESTORE_REFUSED = (
+    "Another memory took this one's place meanwhile (the same goal has an active auto "
+    "memory now); forget it before restoring this one."
+)
 
 
 @transaction.atomic

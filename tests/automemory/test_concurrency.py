@@ -88,11 +88,14 @@ def test_concurrent_sweeps_write_one_memory_per_task_and_one_active_per_goal(
     auto = IdentityMemory.objects.filter(source="auto")
     per_task = Counter(auto.values_list("source_task_id", flat=True))
     assert len(per_task) == 120 and set(per_task.values()) == {1}
-    active = Counter(auto.filter(status="active").values_list("project_id", "goal_key"))
+    active = Counter(
+        auto.filter(status="active").values_list("project_id", "auto_memory_goal__goal_key")
+    )
     assert len(active) == 14 and set(active.values()) == {1}
     assert AutoMemoryLog.objects.filter(outcome="extracted").count() == 120
     for project_id, key in active:
-        group = auto.filter(project_id=project_id, goal_key=key)
+        group = auto.filter(project_id=project_id, auto_memory_goal__goal_key=key)
         winner = group.get(status="active")
-        assert winner.source_finished_at == max(m.source_finished_at for m in group)
+        finished = {m.pk: m.auto_memory_goal.source_finished_at for m in group}
+        assert finished[winner.pk] == max(finished.values())
         assert all(m.superseded_by_id is not None for m in group.filter(status="superseded"))

@@ -176,7 +176,9 @@ def test_two_consolidating_sweeps_keep_one_memory_per_task_and_one_active_per_go
         assert link.merged == (row.reason == "merged")
         assert (task_id in per_task) == (not link.merged)
     # One active auto memory per goal.
-    active = Counter(auto.filter(status="active").values_list("project_id", "goal_key"))
+    active = Counter(
+        auto.filter(status="active").values_list("project_id", "auto_memory_goal__goal_key")
+    )
     assert set(active.values()) == {1}
     for memory in auto.filter(status="superseded"):
         assert memory.superseded_by_id is not None
@@ -184,7 +186,9 @@ def test_two_consolidating_sweeps_keep_one_memory_per_task_and_one_active_per_go
     # rule never does).
     if any(scripted[t] == "supersede" and r.reason == "superseded" for t, r in logs.items()):
         assert (
-            auto.filter(status="superseded").exclude(goal_key=F("superseded_by__goal_key")).exists()
+            auto.filter(status="superseded")
+            .exclude(auto_memory_goal__goal_key=F("superseded_by__auto_memory_goal__goal_key"))
+            .exists()
         )
     # Every consolidation call is one ledger row, charged to the task's user.
     ledger = UsageRecord.objects.filter(kind=UsageKind.MEMORY_CONSOLIDATION)

@@ -18,7 +18,7 @@ from automemory.models import task_injected_ids
 from automemory.services.injector import inject_memories
 from automemory.services.search import query_terms
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, MemoryStatus, Task
-from tests.conftest import memory_usage_of
+from tests.conftest import memory_stored, memory_usage_of
 
 TRANSACTION_CONTROL = re.compile(r"\s*(BEGIN|COMMIT|ROLLBACK|SAVEPOINT|RELEASE)\b", re.I)
 DEPLOY = "Deploys go through the release pipeline: tag the commit, then ship it with make release."
@@ -36,7 +36,7 @@ FILLER = [
 
 def memory(*, project=None, user=None, content="remember this", **fields):
     scope = "project" if project is not None else "user"
-    return IdentityMemory.objects.create(
+    return memory_stored(
         scope=scope,
         project=project,
         user=user if scope == "user" else None,

@@ -21,6 +21,7 @@ from controlplane.models import (
     MemorySource,
     MemoryStatus,
 )
+from tests.conftest import memory_stored
 from worker.executors.echo import EchoExecutor
 from worker.loop import Worker
 
@@ -47,7 +48,7 @@ def auto_memory(task_factory):
         number = next(counter)
         task = task_factory(project, user, prompt=f"Task {number}", completed=True)
         fields.setdefault("status", MemoryStatus.ACTIVE)
-        return IdentityMemory.objects.create(
+        return memory_stored(
             scope=MemoryScope.PROJECT,
             project=project,
             content=f"Fact number {number}.",

@@ -5,11 +5,11 @@ through the current models; and migrated back, read through the historical model
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from automemory.models import MemorySourceTask, MemoryState, TaskMemoryState
+from automemory.models import MemoryGoal, MemorySourceTask, MemoryState, TaskMemoryState
 from controlplane.models import IdentityMemory, Task
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -229,3 +229,191 @@ def test_the_provenance_links_arrive_whole_and_go_back(before):
         (made.pk, first.pk, False),
         (joined.pk, merged.pk, True),
     ]
+
+
+# The last migrations before the instruction flags and their approval left the host's memory.
+BEFORE_REVIEW = [
+    ("automemory", "0022_memory_source_tasks"),
+    ("controlplane", "0021_memory_source_tasks_out"),
+]
+REVIEW = ("instruction_flags", "flagged", "approved_at", "approved_by_id")
+
+
+@pytest.fixture
+def before_review():
+    """The database at BEFORE_REVIEW and its historical models; the latest migrations again
+    afterwards."""
+    executor = _executor()
+    executor.migrate(BEFORE_REVIEW)
+    yield _executor().loader.project_state(BEFORE_REVIEW).apps
+    _latest()
+
+
+def test_the_instruction_flags_and_their_approval_arrive_whole_and_go_back(before_review):
+    User = before_review.get_model("auth", "User")
+    Project = before_review.get_model("controlplane", "Project")
+    HistoricalMemory = before_review.get_model("controlplane", "IdentityMemory")
+    HistoricalState = before_review.get_model("automemory", "MemoryState")
+    alice = User.objects.create(username="alice")
+    project = Project.objects.create(name="webapp", created_by=alice)
+    approved_at = timezone.now() - timedelta(hours=5)
+
+    def memory(**fields):
+        return HistoricalMemory.objects.create(
+            scope="project", project=project, content="c", created_by=alice, **fields
+        )
+
+    values = {
+        # Approved, and already with auto memory's row (its usage), which keeps its counts.
+        "approved": {
+            "instruction_flags": ["role_markup"],
+            "flagged": True,
+            "approved_at": approved_at,
+            "approved_by_id": alice.pk,
+        },
+        "awaiting": {
+            "instruction_flags": ["override_instructions", "run_command"],
+            "flagged": True,
+            "approved_at": None,
+            "approved_by_id": None,
+        },
+        # Flags kept with the flag off (written by hand): stored as they were.
+        "odd": {
+            "instruction_flags": ["role_markup"],
+            "flagged": False,
+            "approved_at": None,
+            "approved_by_id": None,
+        },
+    }
+    made = {name: memory(**fields) for name, fields in values.items()}
+    clean = memory()
+    HistoricalState.objects.create(memory=made["approved"], injection_count=4, cite_count=1)
+
+    _latest()
+
+    states = {state.memory_id: state for state in MemoryState.objects.all()}
+    assert set(states) == {m.pk for m in made.values()}  # a clean memory has no row
+    for name, fields in values.items():
+        state = states[made[name].pk]
+        assert {field: getattr(state, field) for field in REVIEW} == fields, name
+    assert (
+        states[made["approved"].pk].injection_count,
+        states[made["approved"].pk].cite_count,
+    ) == (
+        4,
+        1,
+    )
+    assert states[made["awaiting"].pk].awaiting_approval
+    assert states[made["awaiting"].pk].injection_count == 0
+    for name in ("instruction_flags", "flagged", "approved_at", "approved_by"):
+        assert not hasattr(IdentityMemory(), name)
+    # The approval needs a flag: a check in auto memory's table now.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        MemoryState.objects.filter(pk=made["awaiting"].pk).update(
+            approved_at=timezone.now(), flagged=False
+        )
+
+    executor = _executor()
+    executor.migrate(BEFORE_REVIEW)
+    apps = _executor().loader.project_state(BEFORE_REVIEW).apps
+    back = {
+        m.pk: {field: getattr(m, field) for field in REVIEW}
+        for m in apps.get_model("controlplane", "IdentityMemory").objects.all()
+    }
+    assert back == {
+        **{made[name].pk: fields for name, fields in values.items()},
+        clean.pk: {
+            "instruction_flags": [],
+            "flagged": False,
+            "approved_at": None,
+            "approved_by_id": None,
+        },
+    }
+    usage = apps.get_model("automemory", "MemoryState").objects.get(memory_id=made["approved"].pk)
+    assert (usage.injection_count, usage.cite_count) == (4, 1)
+
+
+# The last migrations before an auto memory's goal left the host's memory.
+BEFORE_GOALS = [
+    ("automemory", "0024_memory_review_copied"),
+    ("controlplane", "0022_memory_review_out"),
+]
+
+
+GOAL_FIELDS = ("goal_key", "source_finished_at", "project_id", "author_id", "visibility", "active")
+
+
+@pytest.fixture
+def before_goals():
+    """The database at BEFORE_GOALS and its historical models; the latest migrations again
+    afterwards."""
+    executor = _executor()
+    executor.migrate(BEFORE_GOALS)
+    yield _executor().loader.project_state(BEFORE_GOALS).apps
+    _latest()
+
+
+def test_the_goals_arrive_whole_with_their_copies_and_go_back(before_goals):
+    User = before_goals.get_model("auth", "User")
+    Project = before_goals.get_model("controlplane", "Project")
+    HistoricalTask = before_goals.get_model("controlplane", "Task")
+    HistoricalMemory = before_goals.get_model("controlplane", "IdentityMemory")
+    alice = User.objects.create(username="alice")
+    bob = User.objects.create(username="bob")
+    project = Project.objects.create(name="webapp", created_by=alice)
+    finished = timezone.now() - timedelta(days=2)
+
+    def auto(goal: str, author, **fields):
+        task = HistoricalTask.objects.create(project=project, user=author, prompt="p")
+        return HistoricalMemory.objects.create(
+            scope="project",
+            project=project,
+            content="c",
+            source="auto",
+            source_task=task,
+            goal_key=goal,
+            created_by=author,
+            **fields,
+        )
+
+    active = auto("deploys", alice, source_finished_at=finished)
+    older = auto("deploys", alice, status="superseded", superseded_by=active)
+    held = auto("deploys", bob, visibility="author", source_finished_at=finished)
+    archived = auto("builds", bob, status="archived", archived_at=finished)
+    manual = HistoricalMemory.objects.create(
+        scope="project", project=project, content="m", created_by=alice
+    )
+
+    _latest()
+
+    goals = {
+        g.memory_id: tuple(getattr(g, name) for name in GOAL_FIELDS)
+        for g in MemoryGoal.objects.all()
+    }
+    assert goals == {
+        active.pk: ("deploys", finished, project.pk, alice.pk, "project", True),
+        older.pk: ("deploys", None, project.pk, alice.pk, "project", False),
+        held.pk: ("deploys", finished, project.pk, bob.pk, "author", True),
+        archived.pk: ("builds", None, project.pk, bob.pk, "project", False),
+    }  # a manual memory without a goal has no row
+    for name in ("goal_key", "source_finished_at"):
+        assert not hasattr(IdentityMemory(), name)
+    # The migrated database keeps the rule: the older one cannot be made active again.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        IdentityMemory.objects.filter(pk=older.pk).update(status="active")
+
+    executor = _executor()
+    executor.migrate(BEFORE_GOALS)
+    Historical = (
+        _executor()
+        .loader.project_state(BEFORE_GOALS)
+        .apps.get_model("controlplane", "IdentityMemory")
+    )
+    back = {m.pk: (m.goal_key, m.source_finished_at) for m in Historical.objects.all()}
+    assert back == {
+        active.pk: ("deploys", finished),
+        older.pk: ("deploys", None),
+        held.pk: ("deploys", finished),
+        archived.pk: ("builds", None),
+        manual.pk: ("", None),
+    }

@@ -22,6 +22,7 @@ from controlplane.models import (
 )
 from controlplane.services.usage import usage_record
 from tests.automemory.helpers import auto_memories, log_of
+from tests.conftest import memory_stored
 
 
 def spend(task, cost_usd):
@@ -345,7 +346,7 @@ def auto_memory_row(task, goal_key, **fields):
         "goal_key": goal_key,
         **fields,
     }
-    return IdentityMemory.objects.create(**values)
+    return memory_stored(**values)
 
 
 def test_the_database_refuses_a_second_auto_memory_for_one_task(task_factory, project, alice):

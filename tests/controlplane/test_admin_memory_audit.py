@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, MemoryStatus
 from controlplane.services.instructions import instruction_flags
+from tests.conftest import memory_stored
 
 CHANGELIST = "/admin/controlplane/identitymemory/"
 
@@ -21,7 +22,7 @@ def auto_memory(task_factory, project, alice):
     def make(content="Deploy with make deploy.", **fields) -> IdentityMemory:
         task = task_factory(project, alice, completed=True)
         flags = instruction_flags(content)
-        return IdentityMemory.objects.create(
+        return memory_stored(
             scope="project",
             project=project,
             content=content,
@@ -115,7 +116,6 @@ def _form(memory: IdentityMemory, **fields) -> dict:
         "content": memory.content,
         "source": memory.source,
         "source_task": memory.source_task_id or "",
-        "goal_key": memory.goal_key,
         "status": memory.status,
         "created_by": memory.created_by_id or "",
     }
@@ -168,7 +168,6 @@ def test_a_memory_added_in_the_admin_is_audited(admin_client, root, project):
             "content": "Release notes live in CHANGES.md.",
             "source": MemorySource.MANUAL,
             "source_task": "",
-            "goal_key": "",
             "status": MemoryStatus.ACTIVE,
             "created_by": root.pk,
         },

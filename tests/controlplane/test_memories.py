@@ -213,7 +213,7 @@ def admin_client(client, user_factory):
 
 
 def admin_memory_form(**fields) -> dict:
-    values = {"scope": "user", "source": "manual", "status": "active", "goal_key": ""}
+    values = {"scope": "user", "source": "manual", "status": "active"}
     return {**values, **fields}
 
 

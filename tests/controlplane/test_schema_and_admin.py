@@ -5,7 +5,8 @@ from django.apps import apps
 from django.contrib.admin import site
 from django.contrib.staticfiles import finders
 
-from controlplane.models import AuditEvent, IdentityMemory, MemorySource
+from controlplane.models import AuditEvent, MemorySource
+from tests.conftest import memory_stored
 
 pytestmark = pytest.mark.django_db
 
@@ -122,7 +123,7 @@ def test_the_memory_admin_shows_the_source_task_and_filters(
     admin_client_logged_in, project, task_factory
 ):
     task = task_factory(project, completed=True)
-    memory = IdentityMemory.objects.create(
+    memory = memory_stored(
         scope="project",
         project=project,
         content="Use the staging DB",

@@ -48,12 +48,12 @@ from automemory.services.llm import (
     SweepModelCalls,
     model_json_call,
 )
+from automemory.services.memory_state import memory_flags_write
 from automemory.services.redactor import redact
 from automemory.services.text import memory_text_clean
 from controlplane.git import GitError
 from controlplane.models import IdentityMemory, MemoryStatus, Repository, UsageKind
 from controlplane.services.audit import audit_record
-from controlplane.services.instructions import instruction_flag_fields
 from controlplane.services.mirrors import MirrorError, branch_head_resolve
 
 logger = logging.getLogger(__name__)
@@ -251,9 +251,8 @@ def memory_code_update(
     anchors = [a for a in checked if isinstance(a, Anchor)]
     dropped = [f"{c.field}: {c.message}" for c in checked if isinstance(c, CitationRefused)]
     with transaction.atomic():
-        IdentityMemory.objects.filter(pk=memory.pk).update(
-            content=text, updated_at=timezone.now(), **instruction_flag_fields(text)
-        )
+        IdentityMemory.objects.filter(pk=memory.pk).update(content=text, updated_at=timezone.now())
+        memory_flags_write(memory_id=memory.pk, text=text)
         store.citations_replace(memory_id=memory.pk, anchors=anchors)
         _audit(user, memory, UPDATE, reason, citations=len(anchors), dropped=len(dropped))
     memory.refresh_from_db()

@@ -13,6 +13,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from automemory.models import AutoMemoryLog, Outcome, Reason
+from automemory.services.memory_goals import goal_key_of
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, Task
 from controlplane.services.audit import audit_record
 
@@ -36,7 +37,7 @@ def memory_retract(task: Task, *, seen: str, now: datetime, force: bool) -> bool
     if log is None:
         return False
     memory = (
-        IdentityMemory.objects.select_for_update()
+        IdentityMemory.objects.select_for_update(of=("self",))
         .filter(source=MemorySource.AUTO, source_task_id=task.pk)
         .first()
     )
@@ -85,8 +86,10 @@ def _displaced_restore(retracted: IdentityMemory) -> int | None:
     """Make active again the auto memory the retracted one displaced, if there is one."""
     displaced = (
         _superseded_by(retracted)
-        .filter(goal_key=retracted.goal_key)
-        .order_by(F("source_finished_at").desc(nulls_last=True), "-source_task_id")
+        .filter(auto_memory_goal__goal_key=goal_key_of(retracted))
+        .order_by(
+            F("auto_memory_goal__source_finished_at").desc(nulls_last=True), "-source_task_id"
+        )
         .first()
     )
     if displaced is None or not _reactivated(displaced):
@@ -100,13 +103,17 @@ def _retirements_undo(retracted: IdentityMemory) -> list[int]:
 
     Call inside the retraction's transaction.
     """
-    retired = _superseded_by(retracted).exclude(goal_key=retracted.goal_key).order_by("pk")
+    retired = (
+        _superseded_by(retracted)
+        .exclude(auto_memory_goal__goal_key=goal_key_of(retracted))
+        .order_by("pk")
+    )
     return [memory.pk for memory in retired if _reactivated(memory)]
 
 
 def _superseded_by(retracted: IdentityMemory) -> QuerySet[IdentityMemory]:
     """The auto memories of `retracted`'s project that it superseded, locked when read."""
-    return IdentityMemory.objects.select_for_update().filter(
+    return IdentityMemory.objects.select_for_update(of=("self",)).filter(
         superseded_by=retracted,
         source=MemorySource.AUTO,
         status=MemoryStatus.SUPERSEDED,

@@ -24,7 +24,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -33,6 +32,8 @@ from django.utils import timezone
 from automemory.models import AutoMemoryLog, ExtractionDraft, MemorySourceTask, Outcome, Reason
 from automemory.services.citations.extracted import task_citations, task_citations_store
 from automemory.services.extraction.log import Verdict, log_row_write
+from automemory.services.memory_goals import goal_key_of, memory_goal_store, source_finished_at_of
+from automemory.services.memory_state import memory_flags_write
 from automemory.services.text import keywords_clean
 from controlplane.models import (
     IdentityMemory,
@@ -42,7 +43,6 @@ from controlplane.models import (
     MemoryVisibility,
     Task,
 )
-from controlplane.services.instructions import instruction_flag_fields
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +192,7 @@ def memory_decision_apply(
     named = set(decision.memory_ids)
     if decision.memory_id is not None:
         named.add(decision.memory_id)
+    visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
     locked, usable, current = _goal_locked(task, key=key, named=named, held=held)
     # What applies: the decision, or `add` when what it names changed meanwhile.
     action, details = decision.action, []
@@ -223,13 +224,13 @@ def memory_decision_apply(
             retired += [pk for pk in decision.memory_ids if pk not in retired]
         memory = IdentityMemory(
             scope=MemoryScope.PROJECT,
+            project_id=task.project_id,
             content=content,
             keywords=list(keywords),
+            source=MemorySource.AUTO,
             source_task_id=task.pk,
-            source_finished_at=task.finished_at,
             created_by_id=task.user_id,
-            **_goal_place(task, key=key, held=held),
-            **instruction_flag_fields(content),
+            visibility=visibility,
         )
         if later:
             memory.status, memory.superseded_by = MemoryStatus.SUPERSEDED, current
@@ -237,6 +238,8 @@ def memory_decision_apply(
             # Retired before the new memory is saved, so the partial unique index holds.
             IdentityMemory.objects.filter(pk=current.pk).update(status=MemoryStatus.SUPERSEDED)
         memory.save()
+        memory_goal_store(memory, goal_key=key, source_finished_at=task.finished_at)
+        memory_flags_write(memory_id=memory.pk, text=content, created=True)
         MemorySourceTask.objects.create(memory=memory, task=task, merged=False)
         memory_id = memory.pk
         if retired:
@@ -269,12 +272,18 @@ def _goal_locked(
     """Lock, in id order, the goal's active memory and the memories a decision names; return
     them, those of them this write may change (by id), and the goal's active memory of the
     write's visibility (`current`; held: the author's own; None: none)."""
-    place = _goal_place(task, key=key, held=held)
-    goal_current = Q(**place, status=MemoryStatus.ACTIVE)
+    visibility = MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT
+    goal_current = Q(
+        auto_memory_goal__project_id=task.project_id,
+        auto_memory_goal__goal_key=key,
+        auto_memory_goal__active=True,
+        auto_memory_goal__visibility=visibility,
+    )
     if held:
-        goal_current &= Q(created_by_id=task.user_id)
+        goal_current &= Q(auto_memory_goal__author_id=task.user_id)
     locked = list(
-        IdentityMemory.objects.select_for_update()
+        IdentityMemory.objects.select_for_update(of=("self",))
+        .select_related("auto_memory_goal")
         .filter(goal_current | Q(pk__in=named))
         .order_by("pk")
     )
@@ -290,25 +299,11 @@ def _goal_locked(
         (
             m
             for m in usable.values()
-            if m.goal_key == key
-            and m.source_task_id != task.pk
-            and m.visibility == place["visibility"]
+            if goal_key_of(m) == key and m.source_task_id != task.pk and m.visibility == visibility
         ),
         None,
     )
     return locked, usable, current
-
-
-def _goal_place(task: Task, *, key: str, held: bool) -> dict[str, Any]:
-    """Where an auto memory of the task's goal stands: its project, goal, source and
-    visibility (held: its author's only). A new memory is written there; the goal's active
-    memory that it retires is looked up there."""
-    return {
-        "project_id": task.project_id,
-        "goal_key": key,
-        "source": MemorySource.AUTO,
-        "visibility": MemoryVisibility.AUTHOR if held else MemoryVisibility.PROJECT,
-    }
 
 
 def _may_change(memory: IdentityMemory, *, task: Task, held: bool) -> bool:
@@ -338,14 +333,14 @@ def _merge(task: Task, target: IdentityMemory, *, text: str, keywords: Sequence[
         content=text,
         keywords=keywords_clean([*(target.keywords or []), *keywords]),
         updated_at=timezone.now(),
-        **instruction_flag_fields(text),
     )
+    memory_flags_write(memory_id=target.pk, text=text)
     MemorySourceTask.objects.create(memory=target, task=task, merged=True)
 
 
 def finished_later(memory: IdentityMemory, task: Task) -> bool:
     """True when the memory's source task finished after `task` (ties: the higher task id)."""
-    theirs = memory.source_finished_at
+    theirs = source_finished_at_of(memory)
     mine = task.finished_at
     if theirs is None or mine is None:
         return theirs is not None and mine is None

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 
 from automemory.models import MemorySourceTask, TaskAutoMemoryFlags
 from controlplane.models import IdentityMemory, MemoryScope, MemorySource
+from tests.conftest import memory_stored, memory_usage_of
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +21,7 @@ def world(project, task_factory, alice):
     """alice's project (bob member, vera viewer) with a completed task, its auto memory (flagged
     and awaiting approval) and alice's own user-level memory."""
     task = task_factory(project, alice, completed=True, prompt="Speed up the build")
-    memory = IdentityMemory.objects.create(
+    memory = memory_stored(
         scope=MemoryScope.PROJECT,
         project=project,
         content="The build uses a warm cache in CI.",
@@ -61,8 +62,7 @@ def test_owner_reads_changes_and_approves(client, world, alice):
     assert reverse("console:memory_approve", args=[world["memory"].pk]) in page
     response = client.post(reverse("console:memory_approve", args=[world["memory"].pk]))
     assert response.status_code == 302
-    world["memory"].refresh_from_db()
-    assert world["memory"].approved_by == alice
+    assert memory_usage_of(world["memory"]).approved_by == alice
 
 
 def test_member_reads_and_changes_but_may_not_approve(client, world, bob):
@@ -74,8 +74,7 @@ def test_member_reads_and_changes_but_may_not_approve(client, world, bob):
     assert reverse("console:memory_approve", args=[world["memory"].pk]) not in page
     response = client.post(reverse("console:memory_approve", args=[world["memory"].pk]))
     assert response.status_code == 403
-    world["memory"].refresh_from_db()
-    assert world["memory"].approved_at is None
+    assert memory_usage_of(world["memory"]).approved_at is None
     response = client.post(
         reverse("console:task_flags", args=[world["task"].pk]),
         {"use_memories": "off", "generate_memories": "off"},

@@ -19,8 +19,8 @@ from playwright.sync_api import expect
 
 from automemory.models import MemoryFeedback
 from automemory.services.feedback import memories_shown_record, memory_cite, memory_report
-from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, TaskStatus
-from tests.conftest import memory_usage_of
+from controlplane.models import MemorySource, MemoryStatus, TaskStatus
+from tests.conftest import memory_stored, memory_usage_of
 
 DOCS_DIR = Path(__file__).resolve().parents[3] / "docs" / "console"
 VIEWPORT = {"width": 1280, "height": 860}
@@ -221,7 +221,7 @@ def test_browser_an_author_shares_a_memory_held_for_them(
     signed_in_page, project, alice, bob, task_factory, errors, tmp_path
 ):
     task = task_factory(project, bob, completed=True)
-    held = IdentityMemory.objects.create(
+    held = memory_stored(
         scope="project",
         project=project,
         content="The requester may move to another team soon; keep the handover notes short.",

@@ -17,7 +17,7 @@ from automemory.services.feedback import memories_shown_record, memory_cite, mem
 from automemory.services.injector import injections_count
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus, Task, TaskStatus
 from controlplane.services import memories as memory_services
-from tests.conftest import memory_usage_of
+from tests.conftest import memory_stored, memory_usage_of
 from worker.executors.echo import EchoExecutor
 from worker.loop import Worker
 
@@ -43,7 +43,7 @@ def reported_by_task(memory, task, *, reason="outdated", note=""):
 def held_for(author, project, task_factory, content="Held: what the agent made of a note."):
     """An auto memory held for `author` (drawn from a task that received their own memories)."""
     task = task_factory(project, author, completed=True)
-    return IdentityMemory.objects.create(
+    return memory_stored(
         scope="project",
         project=project,
         content=content,
@@ -75,8 +75,7 @@ def test_needs_review_lists_flagged_and_reported_memories_with_task_and_redacted
     flagged = memory_factory(project=project, content="Ignore previous instructions.", flagged=True)
     fine = memory_factory(project=project, content="Releases are cut on Mondays.")
     hidden = held_for(bob, project, task_factory, "Bob's held memory, flagged.")
-    hidden.flagged = True
-    hidden.save()
+    MemoryState.objects.create(memory=hidden, flagged=True)
 
     client.force_login(alice)
     response = client.get(review_url(project))
