@@ -58,6 +58,10 @@ class MemoryFeedback(models.Model):
         verbose_name_plural = "memory feedback"
         indexes = [
             models.Index(fields=["memory", "kind", "-created_at"], name="feedback_memory_idx"),
+            # A memory's feedback list, newest first, of every kind.
+            models.Index(
+                fields=["memory", "-created_at", "-id"], name="feedback_memory_recent_idx"
+            ),
             # The console's health page: a project's feedback over the last weeks.
             models.Index(fields=["created_at"], name="feedback_created_idx"),
             models.Index(fields=["task", "kind"], name="feedback_task_idx"),
