@@ -178,7 +178,8 @@ def sqlite_search_ensure(*, using: str = "default", **_kwargs) -> None:
             return  # not migrated this far yet: the migration creates it
         if all(name in tables for name in _SQLITE_TRIGGERS):
             return
-        logger.warning("memory search triggers were missing (table rebuilt); re-creating them")
+        # Expected after a migration that rebuilt the table: nothing an operator must act on.
+        logger.info("memory search triggers were missing (table rebuilt); re-creating them")
         for statement in SQLITE_FTS_SETUP:
             cursor.execute(statement)
         cursor.execute(SQLITE_FTS_REBUILD)
