@@ -11,7 +11,7 @@ as `.values()` would.
 Values are only ever bound as parameters. A stand-in is a value no caller passes (a negative
 id, a string holding NUL characters); a shape where a stand-in is written into the SQL text
 or inside another parameter (a LIKE pattern) is not prepared: its pages are read the plain
-way, as is anything but an int or a str.
+way, as is a falsy value (a builder may test it) and anything but an int or a str.
 """
 
 from __future__ import annotations
@@ -61,7 +61,11 @@ class PreparedList:
         """The rows of `page(build(**values))`: through the shape's prepared statement when
         it has one, else the plain way. `shape` names what `page` adds (its bounds)."""
         given = {name: value for name, value in values.items() if value is not None}
-        key = (*shape, *sorted((name, type(value).__name__) for name, value in given.items()))
+        # A falsy value is a shape of its own: a builder may test it (`if status:`).
+        key = (
+            *shape,
+            *sorted((name, type(value).__name__, bool(value)) for name, value in given.items()),
+        )
         statement = self._statement(key, given, values, page)
         if statement is None:
             return list(page(self.build(**values)))
@@ -91,6 +95,8 @@ class PreparedList:
     def _prepare(self, given: dict, values: dict, page) -> _Statement | None:
         stand_ins = {}
         for number, (name, value) in enumerate(sorted(given.items())):
+            if not value:
+                return None  # a stand-in would be truthy where the value is not
             if type(value) is int:
                 stand_ins[name] = _STAND_IN_INT - number
             elif type(value) is str:

@@ -216,3 +216,22 @@ def test_the_feedback_list_is_prepared_too(two_projects, alice, task_factory):
         MEMORY_FEEDBACK, values, 1, 2
     )
     assert len(_prepared_page(MEMORY_FEEDBACK, {**values, "kind": "report"}, 1, 2)) == 0
+
+
+@pytest.mark.parametrize("falsy", ["", 0])
+def test_a_falsy_value_is_read_the_plain_way(two_projects, alice, falsy):
+    """A builder that tests its value (`if status:`) gets the same page whether the value is
+    falsy or not, in either order."""
+
+    def build(user_id, status):
+        memories = IdentityMemory.objects.filter(created_by_id=user_id)
+        if status:
+            memories = memories.filter(status=status if isinstance(status, str) else "archived")
+        return memories.values("id").order_by("id")
+
+    listed = prepared.PreparedList(build)
+    truthy = "archived" if isinstance(falsy, str) else 1
+    for status in (truthy, falsy, truthy, falsy):
+        values = {"user_id": alice.pk, "status": status}
+        assert _prepared_page(listed, values, 1, 50) == _plain_page(listed, values, 1, 50)
+    assert _prepared_page(listed, {"user_id": alice.pk, "status": falsy}, 1, 50)
