@@ -102,6 +102,16 @@ def test_a_non_member_and_an_anonymous_caller_do_not_see_it(
     assert api_client_for(stranger).get("/memories/not-a-number/feedback").status_code == 404
 
 
+def test_another_user_s_own_memory_is_not_there(api_client_for, alice, bob, memory_factory):
+    """A user-level memory is its user's alone: another user (a member of every project they
+    share) gets 404, as for a memory that does not exist."""
+    private = memory_factory(user=alice, content="Alice prefers tabs.")
+    IdentityMemory.objects.filter(pk=private.pk).update(created_by=alice)
+
+    assert api_client_for(bob).get(feedback_url(private)).status_code == 404
+    assert api_client_for(alice).get(feedback_url(private)).json()["count"] == 0
+
+
 def test_a_memory_held_for_its_author_is_not_there_for_another_member(
     api_client_for, project, alice, bob, memory_factory, task_factory
 ):
