@@ -232,6 +232,18 @@ def server_command(*, port: int, threads: int = DEFAULT_THREADS) -> list[str]:
     ]  # fmt: skip
 
 
+# What the model server is given of the control plane's environment: enough to run Python and
+# find its libraries. Nothing else: the control plane's secrets have no business there, and
+# llama-cpp-python reads its own settings from the environment (an operator's `API_KEY`,
+# `MODEL` or `PORT` would change the server).
+SERVER_ENV_NAMES = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH")
+
+
+def server_env() -> dict[str, str]:
+    """The model server's whole environment: `SERVER_ENV_NAMES` from this process's."""
+    return {name: os.environ[name] for name in SERVER_ENV_NAMES if name in os.environ}
+
+
 def local_model_missing() -> str | None:
     """Why the local model cannot run here (no weights, no server runtime), or None."""
     if not weights_present():
@@ -263,6 +275,7 @@ class LocalModelServer:
         log = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
             server_command(port=self.port, threads=self.threads),
+            env=server_env(),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

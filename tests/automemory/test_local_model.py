@@ -20,7 +20,12 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from automemory.local_model import MODEL_NAME, LocalModelServer, local_model_missing
+from automemory.local_model import (
+    MODEL_NAME,
+    SERVER_ENV_NAMES,
+    LocalModelServer,
+    local_model_missing,
+)
 from automemory.services.extraction import drafting as extraction_drafting
 from automemory.services.extraction import model as extraction_model
 from automemory.services.extraction.sweep import process_auto_memories
@@ -148,6 +153,16 @@ def copied_line(memory: str, transcript: str, *, words: int = 12) -> str | None:
         if run in source:
             return run
     return None
+
+
+def test_the_running_server_holds_only_the_allowed_environment(local_model_server):
+    """Read from the process itself: the control plane's environment (here the test run's
+    `DJANGO_SETTINGS_MODULE`) stays out of the model server."""
+    environ = Path(f"/proc/{local_model_server.process.pid}/environ").read_bytes()
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ.split(b"\0") if entry}
+    assert "PATH" in names
+    assert names <= set(SERVER_ENV_NAMES)
+    assert "DJANGO_SETTINGS_MODULE" not in names
 
 
 def test_the_local_model_extracts_a_gotcha_and_a_preference(

@@ -87,3 +87,16 @@ def test_build_flags_name_each_instruction_set_the_cpu_has_never_native():
     partial = local_model.build_flags(local_model.cpu_flags(CPUINFO.format("avx512dq")))
     assert "-DGGML_AVX512=ON" not in partial and "-DGGML_AVX2=ON" in partial
     assert not any("AMX" in flag for flag in full + partial)
+
+
+def test_the_model_server_gets_no_more_of_the_environment_than_it_runs_on(monkeypatch):
+    monkeypatch.setenv("SECRET_KEY", "control-plane-secret")
+    monkeypatch.setenv("DATABASE_URL", "postgres://cp:pw@db/cp")
+    monkeypatch.setenv("API_KEY", "would-lock-the-server")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+
+    env = local_model.server_env()
+
+    assert env["PATH"] == "/usr/bin:/bin"
+    assert set(env) <= set(local_model.SERVER_ENV_NAMES)
+    assert not {"SECRET_KEY", "DATABASE_URL", "API_KEY"} & set(env)
