@@ -5,8 +5,6 @@ generic output; a page costs the same statements whatever its size."""
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from freezegun import freeze_time
 
@@ -16,7 +14,7 @@ from automemory.selectors import memory_feedback_list
 from automemory.services.feedback import memories_shown_record, memory_cite, memory_report
 from controlplane.models import IdentityMemory, MemoryVisibility
 from controlplane.services.memories import memory_approve
-from tests.controlplane.helpers import assert_rows_are_drf_s_generic_output
+from tests.controlplane.helpers import assert_rows_are_drf_s_generic_output, page_read
 
 TOKEN = "ghp_R7x2Kq9LmP4vT8wZ3nB6cY1dF5gH0jS2uE7i"
 
@@ -160,10 +158,7 @@ def test_a_page_is_the_same_statements_whatever_its_size(
         cite(task_factory(project, bob), memory)
     client = api_client_for(bob)
     url = f"{feedback_url(memory)}?page_size={page_size}"
-    client.get(url)  # the token's first use is stamped once
-    with CaptureQueriesContext(connection) as captured:
-        body = client.get(url).json()
+    body, statements = page_read(client, url)
     assert len(body["results"]) == min(page_size, 60)
     assert body["count"] == 60
-    statements = [query["sql"] for query in captured.captured_queries]
     assert len(statements) == 3, "\n".join(s[:300] for s in statements)

@@ -3,6 +3,8 @@
 import json
 
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework import serializers
 
 from controlplane.models import (
@@ -60,3 +62,12 @@ def assert_rows_are_drf_s_generic_output(output, rows: list[dict], instance_of) 
                 type(value) for value in generic.values()
             ]
     assert output(rows, many=True).data == [output(row).data for row in rows]
+
+
+def page_read(client, url: str) -> tuple[dict, list[str]]:
+    """A list page read twice (the token's first use is stamped once): the second read's
+    body and the SQL of each statement it ran."""
+    client.get(url)
+    with CaptureQueriesContext(connection) as captured:
+        body = client.get(url).json()
+    return body, [query["sql"] for query in captured.captured_queries]

@@ -5,8 +5,6 @@ whatever its size; pages count and stop where the list does."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework import serializers
 
@@ -14,6 +12,7 @@ from automemory.models import MemorySourceTask
 from controlplane.api.serializers import MemoryOutput
 from controlplane.models import IdentityMemory, MemorySource, MemoryStatus
 from controlplane.selectors import memory_list
+from tests.controlplane.helpers import page_read
 
 
 @pytest.fixture
@@ -101,12 +100,10 @@ def test_a_page_is_three_queries_whatever_its_size(
             sources[memory.pk] = [task.pk, merged.pk]
     client = api_client_for(alice)
     url = f"/projects/{project.pk}/memories?page_size={page_size}"
-    client.get(url)  # the token's first use is stamped once
-    with CaptureQueriesContext(connection) as captured:
-        body = client.get(url).json()
+    body, statements = page_read(client, url)
     assert len(body["results"]) == min(page_size, 60)
     assert body["count"] == 60
-    assert len(captured.captured_queries) == 3, [q["sql"] for q in captured.captured_queries]
+    assert len(statements) == 3, statements
     assert {row["id"]: row["source_task_ids"] for row in body["results"]} == {
         row["id"]: sources[row["id"]] for row in body["results"]
     }
