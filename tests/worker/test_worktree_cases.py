@@ -389,6 +389,9 @@ def test_what_the_agent_writes_in_its_git_folder_never_runs_in_the_worker(
     assert {f["path"] for f in task.changed_files} >= {"README.md", ".gitattributes"}
 
 
+# Two workers in threads: on the SQLite test database (in memory, shared cache) a write may
+# meet the other thread's table lock, which does not wait as a file database's lock does.
+@pytest.mark.postgres
 def test_two_tasks_of_one_repository_on_one_host_at_once(
     attached, project, alice, task_factory, worker_factory, settings
 ):
