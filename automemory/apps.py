@@ -79,11 +79,11 @@ class AutoMemoryConfig(AppConfig):
         from django.db.backends.signals import connection_created
         from django.db.models.signals import post_migrate
 
-        from automemory.services.search import sqlite_search_ensure
+        from automemory.services.search import search_index_ensure
         from automemory.services.vectors import connection_prepare, vector_store_ensure
 
         # A SQLite table rebuild (some column changes) drops the memory search triggers.
-        post_migrate.connect(sqlite_search_ensure, sender=self)
+        post_migrate.connect(search_index_ensure, sender=self)
         # The vector store's triggers and columns (and the extension, once installed).
         post_migrate.connect(vector_store_ensure, sender=self)
         # A SQLite table rebuild drops the trigger that keeps the goals' copies in step.

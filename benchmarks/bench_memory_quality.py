@@ -143,6 +143,7 @@ def run_one(t: Transcript, *, prefix: str, model: str | None, drafts: list) -> R
 
     from automemory.models import AutoMemoryLog, MemorySourceTask
     from automemory.services.injector import inject_memories
+    from automemory.services.search import memory_keywords
     from controlplane.models import (
         IdentityMemory,
         MemorySource,
@@ -187,7 +188,7 @@ def run_one(t: Transcript, *, prefix: str, model: str | None, drafts: list) -> R
     out = Result(t, reason=log.reason, detail=log.detail, seconds=seconds)
     written = IdentityMemory.objects.filter(pk=log.memory_id).first() if log.memory_id else None
     if written is not None:
-        out.keywords = list(written.keywords or [])
+        out.keywords = memory_keywords(written.pk)
         if log.reason == "merged":
             out.merged_text = written.content
         out.memory = written.content

@@ -242,7 +242,8 @@ def test_a_lower_app_names_no_module_of_a_higher_one_by_string(app, never):
 # The fields of the host's task and memory that a control plane has anyway, auto memory or
 # not: who owns a row, what it says, where it came from, its state and who wrote it when.
 # Everything that exists only because of auto memory lives in automemory's own tables
-# (`automemory/models/state.py`: `TaskMemoryState`, `MemoryState`; `goals.py`: `MemoryGoal`).
+# (`automemory/models/state.py`: `TaskMemoryState`, `MemoryState`; `goals.py`: `MemoryGoal`;
+# `search.py`: `MemorySearch`).
 # A memory's visibility and archive time are the host's access and lifecycle state: its
 # access rules filter every memory read by the visibility, and the archive time goes with
 # the host's `archived` status in one constraint (docs/architecture.md, "The boundary").
@@ -259,12 +260,6 @@ HOST_FIELDS = {
         "superseded_by", "created_by", "visibility", "archived_at", "created_at", "updated_at",
     },
 }  # fmt: skip
-# Auto memory's state that is still on the host's memory table (the keywords a model gave,
-# which the full-text index over the memory table reads): known, listed, and to move as the
-# rest did. A field leaves this list when it leaves the host.
-STILL_ON_THE_HOST = {
-    "IdentityMemory": {"keywords"},
-}
 # Host code that counts as using a field: the host's and the worker's own modules, not the
 # models that declare it, their admin pages or the migrations (history).
 HOST_CODE_SKIPPED = {"models", "migrations", "admin.py"}
@@ -281,9 +276,7 @@ def test_the_hosts_task_and_memory_hold_no_auto_memory_state(model_name):
     from django.apps import apps
 
     fields = _declared_fields(apps.get_model("controlplane", model_name))
-    pending = STILL_ON_THE_HOST.get(model_name, set())
-    assert fields - HOST_FIELDS[model_name] - pending == set()
-    assert pending <= fields, "a field moved: take it off STILL_ON_THE_HOST"
+    assert fields - HOST_FIELDS[model_name] == set()
 
 
 def test_no_host_field_is_there_for_auto_memory_alone():
@@ -300,8 +293,7 @@ def test_no_host_field_is_there_for_auto_memory_alone():
     )
     unused = []
     for model in apps.get_app_config("controlplane").get_models():
-        pending = STILL_ON_THE_HOST.get(model.__name__, set())
-        for name in sorted(_declared_fields(model) - pending):
+        for name in sorted(_declared_fields(model)):
             field = model._meta.get_field(name)
             names = {name, getattr(field, "attname", name), getattr(field, "column", name)}
             if not any(re.search(rf"\b{re.escape(n)}\b", code) for n in names if n):

@@ -1,7 +1,8 @@
 """Auto memory's own tables: per-user settings, per-task flags, the extraction log, the
-sweep's state and drafts, feedback on memories, their embeddings and daily injection
-counts, tasks' texts as others read them, the code memories cite, and auto memory's state
-of tasks and memories (memory tool keys, injected memories, usage, provenance)."""
+sweep's state and drafts, feedback on memories, their embeddings, daily injection counts
+and search words, tasks' texts as others read them, the code memories cite, and auto
+memory's state of tasks and memories (memory tool keys, injected memories, usage,
+provenance)."""
 
 from automemory.models.citations import (  # noqa: F401
     MAX_CITATIONS_PER_MEMORY,
@@ -34,6 +35,7 @@ from automemory.models.log import (  # noqa: F401
     Outcome,
     Reason,
 )
+from automemory.models.search import MemorySearch  # noqa: F401
 from automemory.models.settings import (  # noqa: F401
     MAX_DURATION_SECONDS,
     MAX_IDLE_SECONDS,

@@ -1,29 +1,36 @@
-"""Full-text search over memories, on the database's own engine.
+"""Full-text search over memories, on the database's own engine, and the search words a
+memory is found by besides its content (`MemorySearch.keywords`).
 
-SQLite: an FTS5 table `identity_memories_fts` over `identity_memories(content, keywords)`
-(external content, porter stemming), kept in step by triggers, ranked with BM25.
-PostgreSQL: a stored `search_document` tsvector column (English configuration) on
-`identity_memories` with a GIN index, ranked with `ts_rank_cd`.
+SQLite: an FTS5 table `automemory_memory_fts` holding each memory's content and keywords
+(porter stemming), ranked with BM25. PostgreSQL: a `document` tsvector column (English
+configuration) of `automemory_memory_search` with a GIN index, ranked with `ts_rank_cd`.
 
-Both are created by automemory's migrations. A task's text becomes a query of its distinct
+Both are auto memory's, created by its migration 0031 and kept by triggers on the host's
+memory table and its own. A task's text becomes a query of its distinct
 content words (stop words dropped, at most `MAX_QUERY_TERMS`) OR-ed together: any word may
 match, and memories matching more and rarer words rank first. The words are extracted here
 and passed as bound parameters or as quoted FTS5 strings, so no operator, quote or bracket
 in the task's text ever reaches the search syntax.
 """
 
+import importlib
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connections
+from django.db.migrations.recorder import MigrationRecorder
 
-from controlplane.rawsql import sqlite_tables_and_triggers
+from automemory.models import MemorySearch
 
 logger = logging.getLogger(__name__)
 
-FTS_TABLE = "identity_memories_fts"
-PG_DOCUMENT_COLUMN = "search_document"
+# The index's objects, as the migration that creates them spells them.
+INDEX_MIGRATION = "automemory.migrations.0031_memory_search_index"
+_index = importlib.import_module(INDEX_MIGRATION)
+FTS_TABLE = _index.FTS
+SEARCH_TABLE = _index.SEARCH
 MAX_QUERY_TERMS = 32
 # A query is built from the start of the text: enough for any goal and prompt, and the cost
 # of tokenising a huge prompt stays bounded.
@@ -52,47 +59,6 @@ _STOP_WORDS_TEXT = """
     try tried still today tomorrow again know see seems
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-
-# The same objects as automemory's migration 0007 creates, for re-creating them after a
-# SQLite table rebuild dropped the triggers.
-SQLITE_FTS_SETUP = [
-    f"""
-    CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5(
-        content, keywords,
-        content='identity_memories', content_rowid='id',
-        tokenize='porter unicode61 remove_diacritics 2'
-    )
-    """,
-    f"""
-    CREATE TRIGGER IF NOT EXISTS identity_memories_fts_insert
-    AFTER INSERT ON identity_memories BEGIN
-        INSERT INTO {FTS_TABLE}(rowid, content, keywords)
-        VALUES (new.id, new.content, new.keywords);
-    END
-    """,
-    f"""
-    CREATE TRIGGER IF NOT EXISTS identity_memories_fts_delete
-    AFTER DELETE ON identity_memories BEGIN
-        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, content, keywords)
-        VALUES ('delete', old.id, old.content, old.keywords);
-    END
-    """,
-    f"""
-    CREATE TRIGGER IF NOT EXISTS identity_memories_fts_update
-    AFTER UPDATE OF content, keywords ON identity_memories BEGIN
-        INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, content, keywords)
-        VALUES ('delete', old.id, old.content, old.keywords);
-        INSERT INTO {FTS_TABLE}(rowid, content, keywords)
-        VALUES (new.id, new.content, new.keywords);
-    END
-    """,
-]
-SQLITE_FTS_REBUILD = f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('rebuild')"
-_SQLITE_TRIGGERS = (
-    "identity_memories_fts_insert",
-    "identity_memories_fts_delete",
-    "identity_memories_fts_update",
-)
 
 
 def query_terms(text: str, *, limit: int = MAX_QUERY_TERMS) -> list[str]:
@@ -150,9 +116,12 @@ def match_sql(terms: list[str], vendor: str) -> MatchSql:
     if vendor == "postgresql":
         query = " || ".join(["plainto_tsquery('english'::regconfig, %s)"] * len(terms))
         return MatchSql(
-            from_sql=f"identity_memories m CROSS JOIN (SELECT {query} AS query) AS q",
-            condition=f"m.{PG_DOCUMENT_COLUMN} @@ q.query",
-            score=f"-ts_rank_cd(m.{PG_DOCUMENT_COLUMN}, q.query)",
+            from_sql=(
+                f"{SEARCH_TABLE} s JOIN identity_memories m ON m.id = s.memory_id"
+                f" CROSS JOIN (SELECT {query} AS query) AS q"
+            ),
+            condition="s.document @@ q.query",
+            score="-ts_rank_cd(s.document, q.query)",
             params=tuple(terms),
         )
     raise NotImplementedError(f"no full-text search for database vendor {vendor!r}")
@@ -163,23 +132,42 @@ def search_supported(vendor: str) -> bool:
     return vendor in ("sqlite", "postgresql")
 
 
-def sqlite_search_ensure(*, using: str = "default", **_kwargs) -> None:
-    """Recreate the SQLite search table and triggers if a table rebuild dropped them.
+def memory_keywords(memory_id: int) -> list[str]:
+    """The search words stored with a memory (none for a memory without)."""
+    found = MemorySearch.objects.filter(memory_id=memory_id).values_list("keywords", flat=True)
+    keywords = next(iter(found), None)
+    return list(keywords) if isinstance(keywords, list) else []
+
+
+def memory_keywords_set(memory_id: int, keywords: Sequence[str]) -> None:
+    """Store a memory's search words (cleaned by the caller); the index follows by trigger.
+
+    The memory's row exists from its insert (a trigger on the host's table writes it)."""
+    MemorySearch.objects.filter(memory_id=memory_id).update(keywords=list(keywords))
+
+
+def search_index_ensure(*, using: str = "default", **_kwargs) -> None:
+    """Recreate the SQLite search triggers if a table rebuild dropped them, and re-index.
 
     Django rebuilds a SQLite table to alter some of its columns, which drops the table's
-    triggers; run after every `migrate` (post_migrate), it brings them back and re-indexes.
+    triggers; run after every `migrate` (post_migrate), it brings them back and writes the
+    index afresh from both tables. PostgreSQL keeps its triggers.
     """
     connection = connections[using]
     if connection.vendor != "sqlite":
         return
+    applied = MigrationRecorder(connection).applied_migrations()
+    if ("automemory", INDEX_MIGRATION.rpartition(".")[2]) not in applied:
+        return  # not migrated this far yet: the migration creates them
     with connection.cursor() as cursor:
-        tables = sqlite_tables_and_triggers(cursor)
-        if "identity_memories" not in tables or "identity_memories_fts" not in tables:
-            return  # not migrated this far yet: the migration creates it
-        if all(name in tables for name in _SQLITE_TRIGGERS):
+        cursor.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name IN"
+            f" ({', '.join(['%s'] * len(_index.SQLITE_TRIGGERS))})",
+            list(_index.SQLITE_TRIGGERS),
+        )
+        if len(cursor.fetchall()) == len(_index.SQLITE_TRIGGERS):
             return
-        # Expected after a migration that rebuilt the table: nothing an operator must act on.
+        # Expected after a migration that rebuilt a table: nothing an operator must act on.
         logger.info("memory search triggers were missing (table rebuilt); re-creating them")
-        for statement in SQLITE_FTS_SETUP:
+        for statement in (*_index.SQLITE_DROP, *_index.SQLITE_CREATE):
             cursor.execute(statement)
-        cursor.execute(SQLITE_FTS_REBUILD)

@@ -41,10 +41,11 @@ class IdentityMemory(models.Model):
 
     A memory's usage counters, report hold, instruction flags and their approval are auto
     memory's, in its own table (`automemory.MemoryState`), and so is an auto memory's goal
-    with the rule that one goal keeps one active memory (`automemory.MemoryGoal`); the
-    host's API shows what it shows of them through the values apps register
-    (`selectors.memory_row_extra_register`). The keywords, visibility and archive time are
-    still here (see docs/architecture.md, "The boundary").
+    with the rule that one goal keeps one active memory (`automemory.MemoryGoal`), and so
+    are the search words a model gave with it and the full-text index (`automemory.
+    MemorySearch`); the host's API shows what it shows of them through the values apps
+    register (`selectors.memory_row_extra_register`). The visibility and archive time are
+    the host's (see docs/architecture.md, "The boundary").
     """
 
     scope = models.CharField(max_length=16, choices=MemoryScope.choices)
@@ -86,8 +87,6 @@ class IdentityMemory(models.Model):
         on_delete=models.SET_NULL,
         related_name="created_memories",
     )
-    # Search words a model gave with the memory (model-based extraction); may be empty.
-    keywords = models.JSONField(default=list, blank=True)
     # When the retention rule archived the memory (status `archived`); cleared on restore.
     archived_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

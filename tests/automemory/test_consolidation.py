@@ -21,6 +21,7 @@ from automemory.services.extraction.consolidation import (
 from automemory.services.extraction.log import EXTRACTION_REASONS
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.extraction.writing import Action, Decision, memory_decision_apply
+from automemory.services.search import memory_keywords, memory_keywords_set
 from automemory.services.text import goal_key
 from controlplane.models import (
     IdentityMemory,
@@ -541,7 +542,7 @@ def test_a_decision_about_a_memory_no_longer_active_falls_back_to_add(first_memo
     assert (result.outcome, result.reason) == ("extracted", "new")
     assert f"memory {first_memory.pk} is no longer active" in result.detail
     new = IdentityMemory.objects.get(pk=result.memory_id)
-    assert new.source_task_id == similar_task.pk and new.keywords == ["deploy"]
+    assert new.source_task_id == similar_task.pk and memory_keywords(new.pk) == ["deploy"]
     first_memory.refresh_from_db()
     assert first_memory.content != "merged"
 
@@ -565,7 +566,7 @@ def test_a_decision_about_another_projects_memory_is_not_applied(
 
 
 def test_candidates_are_found_by_the_new_memorys_keywords_too(first_memory, similar_task):
-    IdentityMemory.objects.filter(pk=first_memory.pk).update(keywords=["kubernetes"])
+    memory_keywords_set(first_memory.pk, ["kubernetes"])
     unrelated = "Nothing in common with any stored note."
     assert consolidation_candidates(task=similar_task, content=unrelated) == []
     found = consolidation_candidates(task=similar_task, content=unrelated, keywords=["kubernetes"])

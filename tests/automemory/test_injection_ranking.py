@@ -16,7 +16,7 @@ from freezegun import freeze_time
 from automemory import ranking
 from automemory.models import task_injected_ids
 from automemory.services.injector import inject_memories
-from automemory.services.search import query_terms
+from automemory.services.search import memory_keywords_set, query_terms
 from controlplane.models import AuditEvent, IdentityMemory, MemorySource, MemoryStatus, Task
 from tests.conftest import memory_stored, memory_usage_of
 
@@ -106,7 +106,8 @@ def test_stemming_matches_other_word_forms(task_factory, project, alice, relevan
 
 
 def test_keywords_are_searched_too(task_factory, project, alice, relevant):
-    tagged = aged(60, project=project, content="Use the blue button.", keywords=["kubernetes"])
+    tagged = aged(60, project=project, content="Use the blue button.")
+    memory_keywords_set(tagged.pk, ["kubernetes"])
     for days, text in enumerate(FILLER):
         aged(days, project=project, content=text)
     task = task_factory(project, alice, prompt="kubernetes cluster is down")

@@ -31,6 +31,7 @@ from automemory.services.extraction import model as extraction_model
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories
 from automemory.services.model_requests import JSON_OBJECT_SCHEMA, server_forms
+from automemory.services.search import memory_keywords
 from controlplane.models import (
     IdentityMemory,
     MemorySource,
@@ -211,7 +212,7 @@ def test_a_secret_in_the_transcript_reaches_neither_the_model_nor_the_memory(
     memory = auto_memory_of(task)
     assert memory is not None, log_of(task).detail
     assert "6543" in memory.content
-    readable = json.dumps([sent, memory.content, memory.keywords, log_of(task).detail])
+    readable = json.dumps([sent, memory.content, memory_keywords(memory.pk), log_of(task).detail])
     for secret in (SECRET_PASSWORD, SECRET_TOKEN, "Xq7", "ghp_"):
         assert secret not in readable
 

@@ -16,6 +16,7 @@ from automemory.models import AutoMemoryLog, AutoMemorySettings
 from automemory.services import llm
 from automemory.services.extraction.sweep import process_auto_memories
 from automemory.services.injector import inject_memories
+from automemory.services.search import memory_keywords
 from controlplane.models import (
     IdentityMemory,
     MonthlySpend,
@@ -77,7 +78,7 @@ def test_a_good_answer_becomes_the_memory_with_its_keywords(fake_openai, modelle
 
     memory = auto_memories().get(source_task=task)
     assert memory.content == GOOD["memory"]
-    assert memory.keywords == ["tests", "postgresql"], "deduplicated, case-insensitively"
+    assert memory_keywords(memory.pk) == ["tests", "postgresql"], "deduplicated, case-insensitively"
     log = log_of(task)
     assert (log.outcome, log.reason, log.memory_id) == ("extracted", "new", memory.pk)
     assert summary.extracted == 1 and summary.model_calls == 1

@@ -27,6 +27,7 @@ from automemory.services.extraction.lease import (
     user_lease_name,
 )
 from automemory.services.extraction.sweep import GlobalSweeper, process_auto_memories
+from automemory.services.search import memory_keywords
 from controlplane.models import (
     IdentityMemory,
     MemorySource,
@@ -398,7 +399,7 @@ def test_a_paid_extraction_whose_consolidation_failed_is_not_paid_again(
     assert extraction_rows(task=deploy_task).count() == 1
     memory = IdentityMemory.objects.get(source=MemorySource.AUTO, source_task=deploy_task)
     assert memory.content == DEPLOY["memory"]
-    assert memory.keywords == DEPLOY["keywords"]
+    assert memory_keywords(memory.pk) == DEPLOY["keywords"]
     log = AutoMemoryLog.objects.get(task=deploy_task)
     assert "extraction kept from an earlier sweep" in log.detail
     assert not ExtractionDraft.objects.exists()

@@ -34,6 +34,7 @@ from automemory.services.citations.extracted import task_citations, task_citatio
 from automemory.services.extraction.log import Verdict, log_row_write
 from automemory.services.memory_goals import goal_key_of, memory_goal_store, source_finished_at_of
 from automemory.services.memory_state import memory_flags_write
+from automemory.services.search import memory_keywords, memory_keywords_set
 from automemory.services.text import keywords_clean
 from controlplane.models import (
     IdentityMemory,
@@ -226,7 +227,6 @@ def memory_decision_apply(
             scope=MemoryScope.PROJECT,
             project_id=task.project_id,
             content=content,
-            keywords=list(keywords),
             source=MemorySource.AUTO,
             source_task_id=task.pk,
             created_by_id=task.user_id,
@@ -238,6 +238,8 @@ def memory_decision_apply(
             # Retired before the new memory is saved, so the partial unique index holds.
             IdentityMemory.objects.filter(pk=current.pk).update(status=MemoryStatus.SUPERSEDED)
         memory.save()
+        if keywords:
+            memory_keywords_set(memory.pk, keywords)
         memory_goal_store(memory, goal_key=key, source_finished_at=task.finished_at)
         memory_flags_write(memory_id=memory.pk, text=content, created=True)
         MemorySourceTask.objects.create(memory=memory, task=task, merged=False)
@@ -329,11 +331,8 @@ def _merge(task: Task, target: IdentityMemory, *, text: str, keywords: Sequence[
     an earlier approval does not cover it), both keyword lists, and a `merged` provenance
     link from the task (unique per task: IntegrityError when another writer linked it
     first)."""
-    IdentityMemory.objects.filter(pk=target.pk).update(
-        content=text,
-        keywords=keywords_clean([*(target.keywords or []), *keywords]),
-        updated_at=timezone.now(),
-    )
+    IdentityMemory.objects.filter(pk=target.pk).update(content=text, updated_at=timezone.now())
+    memory_keywords_set(target.pk, keywords_clean([*memory_keywords(target.pk), *keywords]))
     memory_flags_write(memory_id=target.pk, text=text)
     MemorySourceTask.objects.create(memory=target, task=task, merged=True)
 
