@@ -24,6 +24,7 @@ from controlplane.limits import (
     PROMPT_MAX_CHARS,
 )
 from controlplane.models import (
+    API_TOKEN_SHOWN_FIELDS,
     USAGE_TOKEN_FIELDS,
     ApiToken,
     IdentityMemory,
@@ -458,16 +459,7 @@ class TokenOutput(serializers.ModelSerializer):
 
     class Meta:
         model = ApiToken
-        fields = [
-            "id",
-            "name",
-            "prefix",
-            "created_at",
-            "expires_at",
-            "last_used_at",
-            "revoked_at",
-            "active",
-        ]
+        fields = ["id", *API_TOKEN_SHOWN_FIELDS, "active"]
         read_only_fields = fields  # all always present in responses
 
     def get_active(self, token: ApiToken) -> bool:

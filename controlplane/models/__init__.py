@@ -18,6 +18,7 @@ from controlplane.models.projects import (  # noqa: F401
     Role,
 )
 from controlplane.models.repositories import (  # noqa: F401
+    REPOSITORY_SHOWN_FIELDS,
     Repository,
     TaskDiff,
 )
@@ -31,6 +32,7 @@ from controlplane.models.tasks import (  # noqa: F401
     task_title,
 )
 from controlplane.models.tokens import (  # noqa: F401
+    API_TOKEN_SHOWN_FIELDS,
     ApiToken,
 )
 from controlplane.models.usage import (  # noqa: F401
