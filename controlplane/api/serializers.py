@@ -404,13 +404,14 @@ class MemoryFilterInput(serializers.Serializer):
 # --- Quota ----------------------------------------------------------------------------------
 
 
+def _monthly_limit_field(**kwargs) -> serializers.DecimalField:
+    """`Quota.monthly_limit_usd` in and out of the API, at the model's precision."""
+    return serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True, **kwargs)
+
+
 class QuotaOutput(serializers.Serializer):
-    monthly_limit_usd = serializers.DecimalField(
-        max_digits=14,
-        decimal_places=2,
-        coerce_to_string=False,
-        allow_null=True,
-        help_text="null means unlimited.",
+    monthly_limit_usd = _monthly_limit_field(
+        coerce_to_string=False, help_text="null means unlimited."
     )
     spent_usd = serializers.DecimalField(
         max_digits=20,
@@ -428,12 +429,8 @@ class QuotaOutput(serializers.Serializer):
 
 
 class QuotaInput(RejectUnknownFieldsMixin, serializers.Serializer):
-    monthly_limit_usd = serializers.DecimalField(
-        max_digits=14,
-        decimal_places=2,
-        min_value=0,
-        allow_null=True,
-        help_text="USD per calendar month (UTC); null means unlimited.",
+    monthly_limit_usd = _monthly_limit_field(
+        min_value=0, help_text="USD per calendar month (UTC); null means unlimited."
     )
 
 
