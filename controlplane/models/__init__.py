@@ -4,6 +4,7 @@ memories, audit, tokens. One module per subject; every model is importable from 
 from controlplane.models.audit import (  # noqa: F401
     AuditEvent,
 )
+from controlplane.models.constraints import choices_check  # noqa: F401
 from controlplane.models.memories import (  # noqa: F401
     IdentityMemory,
     MemoryScope,
