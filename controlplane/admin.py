@@ -9,6 +9,8 @@ from rest_framework.authtoken.models import TokenProxy
 
 from controlplane.errors import DomainError
 from controlplane.models import (
+    API_TOKEN_SHOWN_FIELDS,
+    REPOSITORY_SHOWN_FIELDS,
     USAGE_TOKEN_FIELDS,
     ApiToken,
     AuditEvent,
@@ -95,20 +97,7 @@ class RepositoryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     and change it through the API)."""
 
     list_display = ["project", "url", "default_branch", "credential_set", "remote_status"]
-    fields = [
-        "project",
-        "url",
-        "default_branch",
-        "credential_set",
-        "credential_set_at",
-        "remote_status",
-        "last_checked_at",
-        "last_reached_at",
-        "last_error",
-        "created_by",
-        "created_at",
-        "updated_at",
-    ]
+    fields = ["project", *REPOSITORY_SHOWN_FIELDS, "created_by", "created_at", "updated_at"]
     readonly_fields = fields
     search_fields = ["url", "project__name"]
 
@@ -332,20 +321,11 @@ class ApiTokenAdmin(NoAddOrChangeAdminMixin, admin.ModelAdmin):
     """Tokens without their secrets (only a hash is stored); mint them with the API or
     `manage.py token`, revoke them here."""
 
-    list_display = [
-        "id",
-        "user",
-        "name",
-        "prefix",
-        "created_at",
-        "expires_at",
-        "last_used_at",
-        "revoked_at",
-    ]
+    list_display = ["id", "user", *API_TOKEN_SHOWN_FIELDS]
     list_filter = [("revoked_at", admin.EmptyFieldListFilter), "created_at"]
     search_fields = ["user__username", "name", "prefix"]
     list_select_related = ["user"]
-    fields = ["user", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    fields = ["user", *API_TOKEN_SHOWN_FIELDS]
     readonly_fields = fields
     actions = ["revoke"]
 

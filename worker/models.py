@@ -3,7 +3,7 @@
 from django.db import models
 from django.db.models import Q
 
-from controlplane.models import Task
+from controlplane.models import Task, choices_check
 
 
 class WorkerProcess(models.Model):
@@ -70,10 +70,7 @@ class TaskRun(models.Model):
                 condition=Q(outcome="running"),
                 name="taskrun_one_open_run_per_task",
             ),
-            models.CheckConstraint(
-                condition=Q(outcome__in=[o.value for o in RunOutcome]),
-                name="taskrun_outcome_valid",
-            ),
+            choices_check("outcome", RunOutcome, "taskrun_outcome_valid"),
         ]
 
     def __str__(self) -> str:
@@ -119,10 +116,7 @@ class CodexSession(models.Model):
         ordering = ["-updated_at", "-id"]
         indexes = [models.Index(fields=["updated_at"], name="codexsession_updated_idx")]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(storage__in=[s.value for s in SessionStorage]),
-                name="codexsession_storage_valid",
-            ),
+            choices_check("storage", SessionStorage, "codexsession_storage_valid"),
             # Held (a size, no error) or not held (no size, an error saying why).
             models.CheckConstraint(
                 condition=(Q(stored_size__isnull=False) & Q(error=""))
@@ -173,10 +167,7 @@ class TaskBranch(models.Model):
     class Meta:
         db_table = "worker_task_branches"
         constraints = [
-            models.CheckConstraint(
-                condition=Q(storage__in=[s.value for s in BranchStorage]),
-                name="taskbranch_storage_valid",
-            ),
+            choices_check("storage", BranchStorage, "taskbranch_storage_valid"),
             # A bundle in the database has its bytes; in object storage, a name; pushed: neither.
             models.CheckConstraint(
                 condition=Q(storage=BranchStorage.REMOTE, data__isnull=True, object_name="")

@@ -31,17 +31,14 @@ urlpatterns = [
     path("memories/<str:memory_id>/delete", memory_views.memory_delete, name="memory_delete"),
     path("memories/<str:memory_id>/approve", memory_views.memory_approve, name="memory_approve"),
     path("memories/<str:memory_id>/restore", memory_views.memory_restore, name="memory_restore"),
-    path(
-        "memories/<str:memory_id>/code/keep",
-        review_views.memory_code_decide,
-        {"decision": "keep"},
-        name="memory_code_keep",
-    ),
-    path(
-        "memories/<str:memory_id>/code/retire",
-        review_views.memory_code_decide,
-        {"decision": "retire"},
-        name="memory_code_retire",
+    *(
+        path(
+            f"memories/<str:memory_id>/code/{decision}",
+            review_views.memory_code_decide,
+            {"decision": decision},
+            name=f"memory_code_{decision}",
+        )
+        for decision in ("keep", "retire")
     ),
     path("me/memories", memory_views.my_memories, name="my_memories"),
     path("tasks/<str:task_id>", task_views.task_detail, name="task"),

@@ -26,11 +26,6 @@ from automemory.models.flags import (  # noqa: F401
 from automemory.models.goals import MemoryGoal  # noqa: F401
 from automemory.models.injections import MemoryInjectionDay  # noqa: F401
 from automemory.models.log import (  # noqa: F401
-    MAX_ERROR_ATTEMPTS,
-    RETRY_CONDITION,
-    SKIPPED_CONDITION,
-    STABLE_REASONS,
-    TRANSIENT_REASONS,
     AutoMemoryLog,
     Outcome,
     Reason,

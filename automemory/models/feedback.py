@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from controlplane.models import IdentityMemory, Task
+from controlplane.models import IdentityMemory, Task, choices_check
 
 
 class FeedbackKind(models.TextChoices):
@@ -91,17 +91,13 @@ class MemoryFeedback(models.Model):
                 condition=Q(repeat=False) | Q(kind="report", task__isnull=True),
                 name="feedback_repeats_are_person_reports",
             ),
-            models.CheckConstraint(
-                condition=Q(kind__in=[k.value for k in FeedbackKind]), name="feedback_kind_valid"
-            ),
+            choices_check("kind", FeedbackKind, "feedback_kind_valid"),
             models.CheckConstraint(
                 condition=Q(kind="cite", reason="")
                 | Q(kind="report", reason__in=[r.value for r in ReportReason]),
                 name="feedback_reason_fits_kind",
             ),
-            models.CheckConstraint(
-                condition=Q(via__in=[v.value for v in FeedbackVia]), name="feedback_via_valid"
-            ),
+            choices_check("via", FeedbackVia, "feedback_via_valid"),
             models.CheckConstraint(
                 condition=Q(task__isnull=False) | Q(via="person"),
                 name="feedback_agents_have_a_task",

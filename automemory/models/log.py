@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from controlplane.models import IdentityMemory, Task
+from controlplane.models import IdentityMemory, Task, choices_check
 
 # Skips that may clear by themselves (time passes, quota frees up): retried every round.
 TRANSIENT_REASONS = (
@@ -120,12 +120,8 @@ class AutoMemoryLog(models.Model):
             ),
         ]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(outcome__in=[o.value for o in Outcome]), name="amlog_outcome_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(reason__in=[r.value for r in Reason]), name="amlog_reason_valid"
-            ),
+            choices_check("outcome", Outcome, "amlog_outcome_valid"),
+            choices_check("reason", Reason, "amlog_reason_valid"),
         ]
 
     def __str__(self) -> str:

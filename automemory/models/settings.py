@@ -8,6 +8,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from controlplane.models import choices_check
+
 MAX_IDLE_SECONDS = 30 * 24 * 3600
 MAX_DURATION_SECONDS = 7 * 24 * 3600
 MAX_RESULT_CHARS = 1_000_000
@@ -148,9 +150,8 @@ class AutoMemorySettings(models.Model):
                 "automemory_settings_duration_range",
             ),
             _in_range("min_result_chars", 0, MAX_RESULT_CHARS, "automemory_settings_chars_range"),
-            models.CheckConstraint(
-                condition=Q(injection_ranking__in=[r.value for r in InjectionRanking]),
-                name="automemory_settings_ranking_valid",
+            choices_check(
+                "injection_ranking", InjectionRanking, "automemory_settings_ranking_valid"
             ),
             _in_range(
                 "injection_max_chars",

@@ -4,7 +4,7 @@ from rest_framework import serializers
 
 from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.api.serializers import BranchField, StrictTextField
-from controlplane.models import Repository
+from controlplane.models import REPOSITORY_SHOWN_FIELDS, Repository
 from controlplane.repository_urls import URL_MAX_CHARS
 from controlplane.services.repositories import CREDENTIAL_MAX_CHARS
 
@@ -44,17 +44,5 @@ class RepositoryOutput(serializers.ModelSerializer):
 
     class Meta:
         model = Repository
-        fields = [
-            "project_id",
-            "url",
-            "default_branch",
-            "credential_set",
-            "credential_set_at",
-            "remote_status",
-            "last_checked_at",
-            "last_reached_at",
-            "last_error",
-            "created_at",
-            "updated_at",
-        ]
+        fields = ["project_id", *REPOSITORY_SHOWN_FIELDS, "created_at", "updated_at"]
         read_only_fields = fields

@@ -24,6 +24,7 @@ from controlplane.limits import (
     PROMPT_MAX_CHARS,
 )
 from controlplane.models import (
+    API_TOKEN_SHOWN_FIELDS,
     USAGE_TOKEN_FIELDS,
     ApiToken,
     IdentityMemory,
@@ -403,13 +404,14 @@ class MemoryFilterInput(serializers.Serializer):
 # --- Quota ----------------------------------------------------------------------------------
 
 
+def _monthly_limit_field(**kwargs) -> serializers.DecimalField:
+    """`Quota.monthly_limit_usd` in and out of the API, at the model's precision."""
+    return serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True, **kwargs)
+
+
 class QuotaOutput(serializers.Serializer):
-    monthly_limit_usd = serializers.DecimalField(
-        max_digits=14,
-        decimal_places=2,
-        coerce_to_string=False,
-        allow_null=True,
-        help_text="null means unlimited.",
+    monthly_limit_usd = _monthly_limit_field(
+        coerce_to_string=False, help_text="null means unlimited."
     )
     spent_usd = serializers.DecimalField(
         max_digits=20,
@@ -427,12 +429,8 @@ class QuotaOutput(serializers.Serializer):
 
 
 class QuotaInput(RejectUnknownFieldsMixin, serializers.Serializer):
-    monthly_limit_usd = serializers.DecimalField(
-        max_digits=14,
-        decimal_places=2,
-        min_value=0,
-        allow_null=True,
-        help_text="USD per calendar month (UTC); null means unlimited.",
+    monthly_limit_usd = _monthly_limit_field(
+        min_value=0, help_text="USD per calendar month (UTC); null means unlimited."
     )
 
 
@@ -458,16 +456,7 @@ class TokenOutput(serializers.ModelSerializer):
 
     class Meta:
         model = ApiToken
-        fields = [
-            "id",
-            "name",
-            "prefix",
-            "created_at",
-            "expires_at",
-            "last_used_at",
-            "revoked_at",
-            "active",
-        ]
+        fields = ["id", *API_TOKEN_SHOWN_FIELDS, "active"]
         read_only_fields = fields  # all always present in responses
 
     def get_active(self, token: ApiToken) -> bool:

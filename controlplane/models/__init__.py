@@ -4,6 +4,7 @@ memories, audit, tokens. One module per subject; every model is importable from 
 from controlplane.models.audit import (  # noqa: F401
     AuditEvent,
 )
+from controlplane.models.constraints import choices_check  # noqa: F401
 from controlplane.models.memories import (  # noqa: F401
     IdentityMemory,
     MemoryScope,
@@ -18,6 +19,7 @@ from controlplane.models.projects import (  # noqa: F401
     Role,
 )
 from controlplane.models.repositories import (  # noqa: F401
+    REPOSITORY_SHOWN_FIELDS,
     Repository,
     TaskDiff,
 )
@@ -31,6 +33,7 @@ from controlplane.models.tasks import (  # noqa: F401
     task_title,
 )
 from controlplane.models.tokens import (  # noqa: F401
+    API_TOKEN_SHOWN_FIELDS,
     ApiToken,
 )
 from controlplane.models.usage import (  # noqa: F401

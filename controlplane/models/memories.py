@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from controlplane.models.constraints import choices_check
 from controlplane.models.projects import Project
 from controlplane.models.tasks import Task
 
@@ -134,10 +135,7 @@ class IdentityMemory(models.Model):
                 condition=~Q(source="auto") | Q(scope="project", source_task__isnull=False),
                 name="memory_auto_is_project_level",
             ),
-            models.CheckConstraint(
-                condition=Q(status__in=[s.value for s in MemoryStatus]),
-                name="memory_status_valid",
-            ),
+            choices_check("status", MemoryStatus, "memory_status_valid"),
             models.CheckConstraint(
                 condition=Q(status="archived", archived_at__isnull=False)
                 | (~Q(status="archived") & Q(archived_at__isnull=True)),
@@ -149,10 +147,7 @@ class IdentityMemory(models.Model):
                 condition=Q(source="auto"),
                 name="memory_one_auto_per_task",
             ),
-            models.CheckConstraint(
-                condition=Q(visibility__in=[v.value for v in MemoryVisibility]),
-                name="memory_visibility_valid",
-            ),
+            choices_check("visibility", MemoryVisibility, "memory_visibility_valid"),
             # Only a project memory can be held for its author.
             models.CheckConstraint(
                 condition=Q(visibility="project") | Q(scope="project"),

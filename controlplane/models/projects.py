@@ -2,7 +2,8 @@
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+
+from controlplane.models.constraints import choices_check
 
 
 class Role(models.TextChoices):
@@ -42,9 +43,7 @@ class Membership(models.Model):
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(fields=["project", "user"], name="membership_unique_user"),
-            models.CheckConstraint(
-                condition=Q(role__in=[r.value for r in Role]), name="membership_role_valid"
-            ),
+            choices_check("role", Role, "membership_role_valid"),
         ]
 
     def __str__(self) -> str:

@@ -7,6 +7,19 @@ from django.db.models import Q
 from controlplane.models.projects import Project
 from controlplane.models.tasks import Task
 
+# What the API and the admin show of a repository: never its credential, only whether one is
+# set.
+REPOSITORY_SHOWN_FIELDS = (
+    "url",
+    "default_branch",
+    "credential_set",
+    "credential_set_at",
+    "remote_status",
+    "last_checked_at",
+    "last_reached_at",
+    "last_error",
+)
+
 
 class Repository(models.Model):
     """The git repository a project's tasks work on. The credential is stored encrypted

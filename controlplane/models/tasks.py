@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.models.constraints import choices_check
 from controlplane.models.projects import Project
 
 
@@ -125,12 +126,8 @@ class Task(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(turn__gte=1), name="task_turn_positive"),
             models.CheckConstraint(condition=Q(cost_usd__gte=0), name="task_cost_non_negative"),
-            models.CheckConstraint(
-                condition=Q(status__in=[s.value for s in TaskStatus]), name="task_status_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(kind__in=[k.value for k in TaskKind]), name="task_kind_valid"
-            ),
+            choices_check("status", TaskStatus, "task_status_valid"),
+            choices_check("kind", TaskKind, "task_kind_valid"),
         ]
 
     def __str__(self) -> str:

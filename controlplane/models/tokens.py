@@ -5,6 +5,16 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+# What the API and the admin show of a token: never its key's hash.
+API_TOKEN_SHOWN_FIELDS = (
+    "name",
+    "prefix",
+    "created_at",
+    "expires_at",
+    "last_used_at",
+    "revoked_at",
+)
+
 
 class ApiToken(models.Model):
     """An API token: only the SHA-256 of its key is stored; the key is shown once, at creation.

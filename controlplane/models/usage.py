@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.models.constraints import choices_check
 from controlplane.models.projects import Project
 from controlplane.models.tasks import Task
 
@@ -116,9 +117,7 @@ class UsageRecord(models.Model):
             ),
         ]
         constraints = [
-            models.CheckConstraint(
-                condition=Q(kind__in=[k.value for k in UsageKind]), name="usage_kind_valid"
-            ),
+            choices_check("kind", UsageKind, "usage_kind_valid"),
             models.CheckConstraint(condition=Q(cost_usd__gte=0), name="usage_cost_non_negative"),
             models.CheckConstraint(
                 condition=Q(turn__isnull=True) | Q(turn__gte=1), name="usage_turn_positive"

@@ -24,17 +24,19 @@ from django.db.models.functions import Coalesce
 from django.db.models.sql import Query
 
 from automemory.models import (
-    MAX_ERROR_ATTEMPTS,
-    RETRY_CONDITION,
-    SKIPPED_CONDITION,
-    STABLE_REASONS,
-    TRANSIENT_REASONS,
     AutoMemoryLog,
     AutoMemorySettings,
     ExtractionDraft,
     Outcome,
     SweepState,
     TaskAutoMemoryFlags,
+)
+from automemory.models.log import (
+    MAX_ERROR_ATTEMPTS,
+    RETRY_CONDITION,
+    SKIPPED_CONDITION,
+    STABLE_REASONS,
+    TRANSIENT_REASONS,
 )
 from automemory.services.extraction.cursor import Point, changed_since, cursor_read
 from automemory.services.preferences import effective_switch

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from automemory import conf
-from automemory.models import STABLE_REASONS, AutoMemoryLog, ExtractionDraft, Outcome, Reason
+from automemory.models import AutoMemoryLog, ExtractionDraft, Outcome, Reason
+from automemory.models.log import STABLE_REASONS
 from controlplane.models import Task
 
 # Every gate's reason code, reported with a count (0 included) in each summary.
