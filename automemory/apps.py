@@ -10,7 +10,11 @@ class AutoMemoryConfig(AppConfig):
         from automemory import checks  # noqa: F401  (registers the system checks)
         from automemory.models import task_injected_ids
         from automemory.services.feedback import reports_close
-        from automemory.services.memory_goals import goal_triggers_ensure, memory_restore_problem
+        from automemory.services.memory_goals import (
+            goal_triggers_drop,
+            goal_triggers_ensure,
+            memory_restore_problem,
+        )
         from automemory.services.memory_state import (
             memory_awaiting_review,
             memory_flag_approve,
@@ -77,16 +81,19 @@ class AutoMemoryConfig(AppConfig):
             memory_row_extra_register(name, **extra)
 
         from django.db.backends.signals import connection_created
-        from django.db.models.signals import post_migrate
+        from django.db.models.signals import post_migrate, pre_migrate
 
-        from automemory.services.search import search_index_ensure
+        from automemory.services.search import search_index_ensure, search_triggers_drop
         from automemory.services.vectors import connection_prepare, vector_store_ensure
 
-        # A SQLite table rebuild (some column changes) drops the memory search triggers.
+        # SQLite triggers that name another table than their own would fail a migration
+        # that rebuilds that table: they are dropped while `migrate` runs, and put back
+        # after it (as after a rebuild of their own table, which drops them too).
+        pre_migrate.connect(search_triggers_drop, sender=self)
+        pre_migrate.connect(goal_triggers_drop, sender=self)
         post_migrate.connect(search_index_ensure, sender=self)
         # The vector store's triggers and columns (and the extension, once installed).
         post_migrate.connect(vector_store_ensure, sender=self)
-        # A SQLite table rebuild drops the trigger that keeps the goals' copies in step.
         post_migrate.connect(goal_triggers_ensure, sender=self)
         # sqlite-vec into every SQLite connection; HNSW's iterative scans on PostgreSQL.
         connection_created.connect(connection_prepare)

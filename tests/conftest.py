@@ -20,6 +20,7 @@ from automemory.models import (
     TaskMemoryState,
 )
 from automemory.services.memory_goals import memory_goal_store
+from automemory.services.search import memory_keywords_set
 from controlplane.models import (
     ApiToken,
     IdentityMemory,
@@ -236,10 +237,13 @@ def memory_stored(**fields) -> IdentityMemory:
     """`IdentityMemory.objects.create(**fields)`, the values of auto memory's own rows of it
     among them: `MEMORY_STATE_FIELDS` (counters, report hold, instruction flags, approval)
     in its `MemoryState`; an auto memory's `goal_key` and `source_finished_at` in its
-    `MemoryGoal`, as the writer stores it."""
+    `MemoryGoal`, as the writer stores it; `keywords` in its `MemorySearch`."""
+    keywords = fields.pop("keywords", None)
     state = {name: fields.pop(name) for name in MEMORY_STATE_FIELDS if name in fields}
     goal = {name: fields.pop(name) for name in ("goal_key", "source_finished_at") if name in fields}
     memory = IdentityMemory.objects.create(**fields)
+    if keywords:
+        memory_keywords_set(memory.pk, keywords)
     if state:
         MemoryState.objects.create(memory=memory, **state)
     if memory.source == MemorySource.AUTO or any(goal.values()):

@@ -11,6 +11,13 @@ from automemory.models import MemoryGoal
 from controlplane.models import IdentityMemory, MemorySource
 
 TRIGGERS = "automemory.migrations.0027_memory_goals_follow_the_memory"
+# Every goal's copies taken afresh from its memory (what the trigger does row by row).
+_COPIES_REFRESH = (
+    "UPDATE automemory_memory_goals SET project_id = m.project_id,"
+    " author_id = m.created_by_id, visibility = m.visibility,"
+    " active = (m.source = 'auto' AND m.status = 'active')"
+    " FROM identity_memories m WHERE m.id = automemory_memory_goals.memory_id"
+)
 
 
 def memory_goal_store(memory: IdentityMemory, *, goal_key: str, source_finished_at) -> MemoryGoal:
@@ -60,9 +67,27 @@ def memory_restore_problem(memory: IdentityMemory) -> str | None:
     )
 
 
+def goal_triggers_drop(*, using: str = "default", **_kwargs) -> None:
+    """Drop the SQLite trigger that keeps the goals' copies in step before `migrate` runs
+    (pre_migrate); `goal_triggers_ensure` puts it back after.
+
+    The trigger is on the host's memory table and names `automemory_memory_goals`: SQLite
+    re-reads every trigger when a migration rebuilds a table (copy, drop, rename), and one
+    naming the dropped table fails the rename, so neither table could be rebuilt under it.
+    """
+    connection = connections[using]
+    if connection.vendor != "sqlite":
+        return
+    triggers = importlib.import_module(TRIGGERS)
+    with connection.cursor() as cursor:
+        for statement in triggers.DROP["sqlite"]:
+            cursor.execute(statement)
+
+
 def goal_triggers_ensure(*, using: str = "default", **_kwargs) -> None:
-    """Recreate the SQLite trigger that keeps the goals' copies in step, if a table rebuild
-    dropped it (run after every `migrate`, post_migrate); PostgreSQL keeps its triggers."""
+    """Recreate the SQLite trigger that keeps the goals' copies in step if it is missing
+    (after every `migrate`, post_migrate: `goal_triggers_drop` dropped it, or a table rebuild
+    did) and bring the copies up to date; PostgreSQL keeps its triggers."""
     connection = connections[using]
     if connection.vendor != "sqlite":
         return
@@ -82,4 +107,6 @@ def goal_triggers_ensure(*, using: str = "default", **_kwargs) -> None:
             "identity_memories",
             "automemory_memory_goals",
         } <= found and triggers.TRIGGER not in found:
+            # What a migration changed while the trigger was away.
+            cursor.execute(_COPIES_REFRESH)
             cursor.execute(triggers.SQLITE_CREATE)

@@ -146,12 +146,29 @@ def memory_keywords_set(memory_id: int, keywords: Sequence[str]) -> None:
     MemorySearch.objects.filter(memory_id=memory_id).update(keywords=list(keywords))
 
 
-def search_index_ensure(*, using: str = "default", **_kwargs) -> None:
-    """Recreate the SQLite search triggers if a table rebuild dropped them, and re-index.
+def search_triggers_drop(*, using: str = "default", **_kwargs) -> None:
+    """Drop the SQLite search triggers before `migrate` runs (pre_migrate);
+    `search_index_ensure` puts them back after, with the index written afresh.
 
-    Django rebuilds a SQLite table to alter some of its columns, which drops the table's
-    triggers; run after every `migrate` (post_migrate), it brings them back and writes the
-    index afresh from both tables. PostgreSQL keeps its triggers.
+    The host's memory table has triggers naming `automemory_memory_search`: SQLite re-reads
+    every trigger when a migration rebuilds a table (copy, drop, rename), and one naming the
+    dropped table fails the rename, so the table could not be rebuilt under them.
+    """
+    connection = connections[using]
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        for name in _index.SQLITE_TRIGGERS:
+            cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+def search_index_ensure(*, using: str = "default", **_kwargs) -> None:
+    """Recreate the SQLite search triggers if they are missing, and re-index.
+
+    Run after every `migrate` (post_migrate): `search_triggers_drop` dropped them, or a
+    table rebuild did (Django rebuilds a SQLite table to alter some of its columns, which
+    drops the table's triggers). The index is written afresh from both tables, memories a
+    migration wrote meanwhile included. PostgreSQL keeps its triggers.
     """
     connection = connections[using]
     if connection.vendor != "sqlite":
@@ -167,7 +184,7 @@ def search_index_ensure(*, using: str = "default", **_kwargs) -> None:
         )
         if len(cursor.fetchall()) == len(_index.SQLITE_TRIGGERS):
             return
-        # Expected after a migration that rebuilt a table: nothing an operator must act on.
-        logger.info("memory search triggers were missing (table rebuilt); re-creating them")
+        # Expected after every `migrate`: nothing an operator must act on.
+        logger.debug("re-creating the memory search triggers and index")
         for statement in (*_index.SQLITE_DROP, *_index.SQLITE_CREATE):
             cursor.execute(statement)
