@@ -22,6 +22,7 @@ from automemory.services.llm import (
     MemoryBudgetExhausted,
     ModelOutputInvalid,
     ModelUnavailable,
+    StructuredCall,
     SweepModelCalls,
     model_json_call,
 )
@@ -38,7 +39,6 @@ from controlplane.models import (
 
 logger = logging.getLogger(__name__)
 
-DECISION_SCHEMA_NAME = "memory_consolidation"
 # The decision, as a strict JSON schema (every property required, no others): a nullable
 # `memory_id` for update / noop, `memory_ids` for supersede, `text` for update.
 DECISION_SCHEMA: dict[str, Any] = {
@@ -207,12 +207,12 @@ def memory_consolidation_decide(
     payload = model_json_call(
         user=task.user,
         task=task,
-        kind=UsageKind.MEMORY_CONSOLIDATION,
+        spec=StructuredCall(
+            schema_name="memory_consolidation", schema=schema, kind=UsageKind.MEMORY_CONSOLIDATION
+        ),
         model=model,
         system_prompt=SYSTEM_PROMPT,
         user_content=json.dumps(data, ensure_ascii=False),
-        schema_name=DECISION_SCHEMA_NAME,
-        schema=schema,
         calls=calls,
     )
     try:
