@@ -84,15 +84,12 @@ class Scene:
     def planned_ids(self, prompt: str) -> list[int]:
         """The memories a new task with this prompt would receive (injection's plan, nothing
         written: the measured tasks leave no usage counts behind to sway the next)."""
-        from automemory.services.injector import injection_plan, user_preferences
+        from automemory.services.injector import InjectionQuery, injection_plan, user_preferences
 
-        plan = injection_plan(
-            user_id=self.user.pk,
-            project_id=self.project.pk,
-            prompt=prompt,
-            goal=None,
-            preferences=user_preferences(user_id=self.user.pk),
+        query = InjectionQuery(
+            user_id=self.user.pk, project_id=self.project.pk, prompt=prompt, goal=None
         )
+        plan = injection_plan(query, preferences=user_preferences(user_id=self.user.pk))
         return plan.memory_ids
 
     def inject(self, prompt: str):

@@ -280,35 +280,25 @@ def task_finish(
         changes["head_commit"] = turn_changes.head_commit
         changes["changed_files"] = turn_changes.diff.changed_files
         diff = _task_diff(task_id=task.pk, turn_changes=turn_changes, now=now)
-    events = [(event.kind, event.data) for event in result.events]
+    finish = statements.TurnFinish(
+        task=task,
+        worker_id=worker_id,
+        changes=changes,
+        outcome=status,
+        now=now,
+        cost_usd=cost_usd,
+        model=result.model,
+        tokens=asdict(result.usage),
+        events=[(event.kind, event.data) for event in result.events],
+        diff=diff,
+    )
     if connection.vendor == "postgresql":
-        sql, params = statements.finish_sql_postgresql(
-            task=task,
-            worker_id=worker_id,
-            changes=changes,
-            outcome=status,
-            now=now,
-            cost_usd=cost_usd,
-            model=result.model,
-            tokens=asdict(result.usage),
-            events=events,
-            diff=diff,
-        )
+        sql, params = statements.finish_sql_postgresql(finish)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             finished = bool(cursor.fetchall())
     else:
-        finished = _finish_in_transaction(
-            task=task,
-            worker_id=worker_id,
-            changes=changes,
-            status=status,
-            now=now,
-            cost_usd=cost_usd,
-            result=result,
-            events=events,
-            diff=diff,
-        )
+        finished = _finish_in_transaction(finish)
     if finished:
         outcomes = (
             metrics.task_completions if status == TaskStatus.COMPLETED else metrics.task_failures
@@ -347,24 +337,12 @@ def task_finish_recorded(*, task: Task, worker_id: str, now: datetime) -> bool:
     ).exists()
 
 
-def _finish_in_transaction(
-    *,
-    task: Task,
-    worker_id: str,
-    changes: dict,
-    status: str,
-    now: datetime,
-    cost_usd: Decimal,
-    result: ExecutionResult,
-    events: list[tuple[str, dict]],
-    diff: TaskDiff | None = None,
-) -> bool:
+def _finish_in_transaction(finish: statements.TurnFinish) -> bool:
     """The finish on databases without data-modifying CTEs (SQLite): the task's update
     returns what the ledger row needs, then the run, the ledger row and the monthly total
     (and the task's diff, when the turn changed its branch)."""
-    sql, params = statements.finish_update_sql(
-        task=task, worker_id=worker_id, changes=changes, cost_usd=cost_usd
-    )
+    task, now, events, diff = finish.task, finish.now, finish.events, finish.diff
+    sql, params = statements.finish_update_sql(finish)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -372,7 +350,7 @@ def _finish_in_transaction(
         if not rows:
             return False
         row = dict(zip(statements.FINISH_RETURNS, rows[0], strict=True))
-        _run_history(task=task, worker_id=worker_id, outcome=status, now=now).save()
+        _run_history(task=task, worker_id=finish.worker_id, outcome=finish.outcome, now=now).save()
         usage_record(
             user_id=row["user_id"],
             task_id=task.pk,
@@ -381,11 +359,11 @@ def _finish_in_transaction(
             turn=row["turn"],
             thread_id=row["thread_id"],
             executor=row["executor"],
-            model=result.model,
-            cost_usd=cost_usd,
+            model=finish.model,
+            cost_usd=finish.cost_usd,
             finished_at=now,
             add_to_task=False,
-            **asdict(result.usage),
+            **finish.tokens,
         )
         if events:
             TaskEvent.objects.bulk_create(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -103,14 +104,31 @@ def claim_sql(
 FINISH_RETURNS = ("user_id", "task_id", "project_id", "turn", "thread_id", "executor")
 
 
-def finish_update_sql(
-    *, task: Task, worker_id: str, changes: dict, cost_usd: Decimal
-) -> tuple[str, list]:
-    """The update that ends `task`'s turn if `worker_id` still holds it under the same claim:
+@dataclass(frozen=True)
+class TurnFinish:
+    """What ending `task`'s turn writes if `worker_id` still holds it: the task's `changes`,
+    its run (`outcome`, at `now`), its ledger row (`cost_usd`, `model`, `tokens`), the
+    executor's `events`, and the task's `diff` when the turn changed its branch."""
+
+    task: Task
+    worker_id: str
+    changes: dict
+    outcome: str
+    now: datetime
+    cost_usd: Decimal
+    model: str
+    tokens: dict[str, int]
+    events: list[tuple[str, dict]]
+    diff: TaskDiff | None = None
+
+
+def finish_update_sql(finish: TurnFinish) -> tuple[str, list]:
+    """The update that ends the task's turn if the worker still holds it under the same claim:
     `changes` set (a thread id only when not empty), the run's cost added to the task's.
     It returns what the run's ledger row needs (`FINISH_RETURNS`); no row: not held."""
+    task = finish.task
     sets, params = [], []
-    for name, value in changes.items():
+    for name, value in finish.changes.items():
         field = Task._meta.get_field(name)
         if name == "thread_id":
             sets.append(
@@ -122,7 +140,7 @@ def finish_update_sql(
         params.append(field.get_db_prep_save(value, connection))
     cost_column = column(Task, "cost_usd")
     sets.append(f"{cost_column} = {cost_column} + %s")
-    params.append(connection.ops.adapt_decimalfield_value(cost_usd, 14, 6))
+    params.append(connection.ops.adapt_decimalfield_value(finish.cost_usd, 14, 6))
     returning = ", ".join(
         f"{column(Task, name)} AS {alias}"
         for name, alias in zip(
@@ -133,34 +151,21 @@ def finish_update_sql(
         f"{column(Task, 'id')} = %s AND {column(Task, 'status')} = '{TaskStatus.RUNNING}'"
         f" AND {column(Task, 'worker_id')} = %s"
     )
-    params.extend([task.pk, worker_id])
+    params.extend([task.pk, finish.worker_id])
     if task.claimed_at is not None:  # the fence (a claim with no claim time: worker id only)
         where += f" AND {column(Task, 'claimed_at')} = %s"
         params.append(_dt(task.claimed_at))
     return f"UPDATE {table(Task)} SET {', '.join(sets)} WHERE {where} RETURNING {returning}", params
 
 
-def finish_sql_postgresql(
-    *,
-    task: Task,
-    worker_id: str,
-    changes: dict,
-    outcome: str,
-    now: datetime,
-    cost_usd: Decimal,
-    model: str,
-    tokens: dict[str, int],
-    events: list[tuple[str, dict]],
-    diff: TaskDiff | None = None,
-) -> tuple[str, list]:
-    """PostgreSQL: the whole finish of `task` (as claimed) in one statement: the task's
+def finish_sql_postgresql(finish: TurnFinish) -> tuple[str, list]:
+    """PostgreSQL: the whole `finish` of the task (as claimed) in one statement: the task's
     update (`finish_update_sql`), its run in the run history, its ledger row and the user's
-    monthly total (`usage_ctes_postgresql`), the executor's events, and the task's `diff`
+    monthly total (`usage_ctes_postgresql`), the executor's events, and the task's diff
     when the turn changed its branch. Returns one row if the worker still held the task;
     none, and nothing written, if it did not."""
-    update, params = finish_update_sql(
-        task=task, worker_id=worker_id, changes=changes, cost_usd=cost_usd
-    )
+    task, now, events, diff = finish.task, finish.now, finish.events, finish.diff
+    update, params = finish_update_sql(finish)
     run_columns = ", ".join(
         column(TaskRun, name)
         for name in (
@@ -178,9 +183,13 @@ def finish_sql_postgresql(
         f"run AS (INSERT INTO {table(TaskRun)} ({run_columns})"
         " SELECT task_id, turn, %s, %s, executor, %s, %s, %s FROM fin)"
     )
-    params.extend([task.is_resume, worker_id, task.claimed_at or now, now, outcome])
+    params.extend([task.is_resume, finish.worker_id, task.claimed_at or now, now, finish.outcome])
     usage, usage_params = usage_ctes_postgresql(
-        source="fin", cost_usd=cost_usd, finished_at=now, model=model, tokens=tokens
+        source="fin",
+        cost_usd=finish.cost_usd,
+        finished_at=now,
+        model=finish.model,
+        tokens=finish.tokens,
     )
     ctes = [f"fin AS ({update})", run, usage]
     params.extend(usage_params)

@@ -54,6 +54,21 @@ class InjectionResult:
 
 
 @dataclass(frozen=True)
+class InjectionQuery:
+    """Whose first turn asks for memories, in which project, and with what prompt and goal."""
+
+    user_id: int
+    project_id: int
+    prompt: str
+    goal: str | None
+
+    @property
+    def text(self) -> str:
+        """What the ranking matches memories against: the goal, then the prompt."""
+        return f"{self.goal or ''}\n{self.prompt}"
+
+
+@dataclass(frozen=True)
 class InjectionPreferences:
     """What decides a task's injection: `use_memories` (its flag, else its user's setting),
     and the user's ranking and size budget."""
@@ -98,14 +113,10 @@ def inject_memories(
             preferences = _preferences(task)
         if not preferences.use_memories:
             return unchanged
-        plan = injection_plan(
-            user_id=task.user_id,
-            project_id=task.project_id,
-            prompt=prompt,
-            goal=goal,
-            preferences=preferences,
-            code=code,
+        query = InjectionQuery(
+            user_id=task.user_id, project_id=task.project_id, prompt=prompt, goal=goal
         )
+        plan = injection_plan(query, preferences=preferences, code=code)
         fitted = plan.fitted
         if fitted is None:
             return unchanged
@@ -185,16 +196,13 @@ class InjectionPlan:
 
 
 def injection_plan(
+    query: InjectionQuery,
     *,
-    user_id: int,
-    project_id: int,
-    prompt: str,
-    goal: str | None,
     preferences: InjectionPreferences,
     explain: bool = False,
     code: CodeView | Callable[[], CodeView | None] | None = None,
 ) -> InjectionPlan:
-    """The memories a first turn with this prompt and goal receives, fitted into the block.
+    """The memories a first turn asking `query` receives, fitted into the block.
 
     The one path of injection and of the preview: the ranked candidates of each scope
     (`ranking.injection_candidates`), then the block that fits `injection_max_chars`.
@@ -203,13 +211,14 @@ def injection_plan(
     Memories citing code are checked against `code` first (`citations.memories_gate`): a
     stale one (`stale_code`) or one of another branch (`other_branch`) is left out.
     """
-    query_text = f"{goal or ''}\n{prompt}"
-    personal = personal_allowed(user_id=user_id, project_id=project_id, preferences=preferences)
+    personal = personal_allowed(
+        user_id=query.user_id, project_id=query.project_id, preferences=preferences
+    )
     found = ranking.injection_candidates(
-        user_id=user_id,
-        project_id=project_id,
+        user_id=query.user_id,
+        project_id=query.project_id,
         ranking=preferences.ranking,
-        query_text=query_text,
+        query_text=query.text,
         personal=personal,
         explain=PREVIEW_LEFT_OUT_PER_SCOPE if explain else 0,
     )
@@ -316,14 +325,12 @@ def memory_preview(
     preferences = user_preferences(user_id=user.pk)
     if not preferences.use_memories:
         return InjectionPlan(preferences=preferences, fitted=None)
+    query = InjectionQuery(user_id=user.pk, project_id=project_id, prompt=prompt, goal=goal)
     return injection_plan(
-        code=lambda: code_views.view_for_branch(project_id, branch),
-        user_id=user.pk,
-        project_id=project_id,
-        prompt=prompt,
-        goal=goal,
+        query,
         preferences=preferences,
         explain=True,
+        code=lambda: code_views.view_for_branch(project_id, branch),
     )
 
 

@@ -187,6 +187,16 @@ def model_client() -> openai.OpenAI:
 
 
 @dataclass(frozen=True)
+class StructuredCall:
+    """What one kind of JSON-schema call asks for and how it is charged: the answer's schema,
+    by its name, and the usage-ledger kind of the call's rows."""
+
+    schema_name: str
+    schema: dict
+    kind: UsageKind
+
+
+@dataclass(frozen=True)
 class _Answer:
     raw: str
     problem: str | None
@@ -198,23 +208,21 @@ def model_json_call(
     *,
     user,
     task,
-    kind: UsageKind,
+    spec: StructuredCall,
     model: str,
     system_prompt: str,
     user_content: str,
-    schema_name: str,
-    schema: dict,
     calls: SweepModelCalls | None = None,
     keep_answer: Callable[[dict], None] | None = None,
 ) -> dict:
-    """Ask `model` for a JSON object matching `schema`; return it.
+    """Ask `model` for a JSON object matching `spec.schema`; return it.
 
     Chat Completions with the schema in the form the server takes (`model_requests`: a
     server that refuses every form raises `SchemaFormRefused`). The user's monthly memory
     budget is checked first (`MemoryBudgetExhausted`); each HTTP call takes one of the sweep's
     `calls` (`ModelCallCapReached` when none is left) and, when it returned usage, writes one
-    ledger row of `kind` charged to `user` and `task`. An answer that does not parse or match
-    is sent back once with what is wrong; a second bad answer raises `ModelOutputInvalid`.
+    ledger row of `spec.kind` charged to `user` and `task`. An answer that does not parse or
+    match is sent back once with what is wrong; a second bad answer raises `ModelOutputInvalid`.
     Transport failures, 429 and 5xx raise `ModelUnavailable`. Never call it inside a
     database transaction: it waits on the network.
 
@@ -227,10 +235,11 @@ def model_json_call(
         {"role": "system", "content": system_prompt},
         {"role": "user", "content": user_content},
     ]
-    answer = _call(user=user, task=task, kind=kind, model=model, messages=messages,
-                   schema_name=schema_name, schema=schema, calls=calls)  # fmt: skip
+    answer = _call(user=user, task=task, spec=spec, model=model, messages=messages, calls=calls)
     if answer.problem is None:
-        return _accepted(answer, user=user, task=task, kind=kind, model=model, keep=keep_answer)
+        return _accepted(
+            answer, user=user, task=task, kind=spec.kind, model=model, keep=keep_answer
+        )
     logger.info(
         "memory model %r answered %d characters that %s; asking once more",
         model,
@@ -243,14 +252,15 @@ def model_json_call(
             "role": "user",
             "content": (
                 f"Your answer {answer.problem}. Answer again with only one JSON object that "
-                f"matches the {schema_name} schema."
+                f"matches the {spec.schema_name} schema."
             ),
         },
     ]
-    repaired = _call(user=user, task=task, kind=kind, model=model, messages=messages,
-                     schema_name=schema_name, schema=schema, calls=calls)  # fmt: skip
+    repaired = _call(user=user, task=task, spec=spec, model=model, messages=messages, calls=calls)
     if repaired.problem is None:
-        return _accepted(repaired, user=user, task=task, kind=kind, model=model, keep=keep_answer)
+        return _accepted(
+            repaired, user=user, task=task, kind=spec.kind, model=model, keep=keep_answer
+        )
     raise ModelOutputInvalid(
         f"the model's answer {repaired.problem} ({len(repaired.raw)} characters), "
         "also after one repair retry",
@@ -276,7 +286,7 @@ def _accepted(answer: _Answer, *, user, task, kind, model: str, keep) -> dict:
     return answer.data
 
 
-def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _Answer:
+def _call(*, user, task, spec: StructuredCall, model, messages, calls) -> _Answer:
     """One HTTP call and its answer checked; its ledger row is written here unless the answer
     is usable (then by `_accepted`, with what the caller keeps of it)."""
     if calls is not None and model in calls.unavailable:
@@ -284,7 +294,7 @@ def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _
     if calls is not None and not calls.take():
         raise ModelCallCapReached(f"this sweep's {calls.limit} model calls are used")
     try:
-        response = _request(model=model, messages=messages, schema_name=schema_name, schema=schema)
+        response = _request(model=model, messages=messages, spec=spec)
     except ModelUnavailable as exc:
         if calls is not None:
             calls.unavailable[model] = str(exc)
@@ -295,16 +305,16 @@ def _call(*, user, task, kind, model, messages, schema_name, schema, calls) -> _
     except ValueError:
         data, problem = None, "is not valid JSON"
     else:
-        problem = schema_problem(data, schema)
+        problem = schema_problem(data, spec.schema)
         if problem is not None:
             problem = f"does not match the schema ({problem})"
     if problem is not None:
-        _record_usage(user=user, task=task, kind=kind, model=model, response=response)
+        _record_usage(user=user, task=task, kind=spec.kind, model=model, response=response)
         return _Answer(raw, problem, None)
     return _Answer(raw, None, data, response)
 
 
-def _request(*, model, messages, schema_name, schema):
+def _request(*, model, messages, spec: StructuredCall):
     """One Chat Completions request in the schema form the server takes (with the SDK's
     bounded retries); failures translated. See `model_requests` for the forms and how a
     refused form or temperature is asked again."""
@@ -315,7 +325,7 @@ def _request(*, model, messages, schema_name, schema):
     refused: list[str] = []
     for form in forms:
         try:
-            fields = request_fields(form, schema_name=schema_name, schema=schema)
+            fields = request_fields(form, schema_name=spec.schema_name, schema=spec.schema)
             response = _create(model=model, messages=messages, known=known, fields=fields)
         except openai.APIStatusError as exc:
             if not refuses_schema_form(exc):

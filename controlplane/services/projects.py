@@ -40,11 +40,7 @@ def membership_set(*, actor, project: Project, username: str, role: str) -> tupl
     else:
         created = False
         if membership.role == Role.OWNER and role != Role.OWNER:
-            owners = Membership.objects.filter(project=project, role=Role.OWNER).count()
-            if owners <= 1:
-                raise ConflictError(
-                    "This is the project's last owner; make someone else owner first."
-                )
+            _last_owner_refuse(project)
         if membership.role != role:
             membership.role = role
             membership.save(update_fields=["role", "updated_at"])
@@ -56,6 +52,12 @@ def membership_set(*, actor, project: Project, username: str, role: str) -> tupl
         data={"user_id": user.pk, "role": role, "created": created},
     )
     return membership, created
+
+
+def _last_owner_refuse(project: Project) -> None:
+    """`ConflictError` when the project has one owner at most: that owner must stay one."""
+    if Membership.objects.filter(project=project, role=Role.OWNER).count() <= 1:
+        raise ConflictError("This is the project's last owner; make someone else owner first.")
 
 
 @transaction.atomic
@@ -75,9 +77,7 @@ def membership_remove(*, actor, project: Project, username: str) -> None:
     if membership is None:
         raise NotFoundError("No member with this username.")
     if membership.role == Role.OWNER:
-        owners = Membership.objects.filter(project=project, role=Role.OWNER).count()
-        if owners <= 1:
-            raise ConflictError("This is the project's last owner; make someone else owner first.")
+        _last_owner_refuse(project)
     membership.delete()
     audit_record(
         action="membership_removed",

@@ -20,7 +20,12 @@ from automemory.services.extraction.consolidation import (
 )
 from automemory.services.extraction.log import EXTRACTION_REASONS
 from automemory.services.extraction.sweep import process_auto_memories
-from automemory.services.extraction.writing import Action, Decision, memory_decision_apply
+from automemory.services.extraction.writing import (
+    Action,
+    Decision,
+    NewMemory,
+    memory_decision_apply,
+)
 from automemory.services.search import memory_keywords, memory_keywords_set
 from automemory.services.text import goal_key
 from controlplane.models import (
@@ -533,9 +538,7 @@ def test_a_decision_about_a_memory_no_longer_active_falls_back_to_add(first_memo
     IdentityMemory.objects.filter(pk=first_memory.pk).update(status=MemoryStatus.SUPERSEDED)
     with transaction.atomic():
         result = memory_decision_apply(
-            task=similar_task,
-            content="The staging flag is required.",
-            keywords=["deploy"],
+            NewMemory(similar_task, "The staging flag is required.", ["deploy"]),
             key=goal_key(similar_task),
             decision=Decision(Action.UPDATE, memory_id=first_memory.pk, text="merged"),
         )
@@ -554,9 +557,7 @@ def test_a_decision_about_another_projects_memory_is_not_applied(
     task = task_factory(other, alice, prompt="Elsewhere", completed=True)
     with transaction.atomic():
         result = memory_decision_apply(
-            task=task,
-            content="text",
-            keywords=[],
+            NewMemory(task, "text"),
             key=goal_key(task),
             decision=Decision(Action.SUPERSEDE, memory_ids=(first_memory.pk,)),
         )
@@ -568,8 +569,8 @@ def test_a_decision_about_another_projects_memory_is_not_applied(
 def test_candidates_are_found_by_the_new_memorys_keywords_too(first_memory, similar_task):
     memory_keywords_set(first_memory.pk, ["kubernetes"])
     unrelated = "Nothing in common with any stored note."
-    assert consolidation_candidates(task=similar_task, content=unrelated) == []
-    found = consolidation_candidates(task=similar_task, content=unrelated, keywords=["kubernetes"])
+    assert consolidation_candidates(NewMemory(similar_task, unrelated)) == []
+    found = consolidation_candidates(NewMemory(similar_task, unrelated, ["kubernetes"]))
     assert [memory.pk for memory in found] == [first_memory.pk]
 
 
@@ -588,7 +589,7 @@ def test_candidates_are_active_auto_memories_of_the_project_only(
         source="auto",
         source_task=elsewhere,
     )
-    found = consolidation_candidates(task=similar_task, content="the deploy script staging flag")
+    found = consolidation_candidates(NewMemory(similar_task, "the deploy script staging flag"))
     assert [memory.pk for memory in found] == [first_memory.pk]
 
 

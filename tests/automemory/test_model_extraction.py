@@ -589,12 +589,12 @@ def _call(alice, **kwargs):
     return llm.model_json_call(
         user=alice,
         task=None,
-        kind=UsageKind.MEMORY_CONSOLIDATION,
+        spec=llm.StructuredCall(
+            schema_name="numbers", schema=SCHEMA, kind=UsageKind.MEMORY_CONSOLIDATION
+        ),
         model=MODEL,
         system_prompt="s",
         user_content="u",
-        schema_name="numbers",
-        schema=SCHEMA,
         **kwargs,
     )
 

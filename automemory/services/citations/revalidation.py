@@ -45,6 +45,7 @@ from automemory.services.llm import (
     ModelCallCapReached,
     ModelOutputInvalid,
     ModelUnavailable,
+    StructuredCall,
     SweepModelCalls,
     model_json_call,
 )
@@ -64,7 +65,6 @@ PASS_MAX = 10
 SHOWN_LINES_MAX = 80
 
 KEEP, UPDATE, RETIRE = "keep", "update", "retire"
-REVALIDATION_SCHEMA_NAME = "memory_revalidation"
 REVALIDATION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -76,6 +76,11 @@ REVALIDATION_SCHEMA: dict[str, Any] = {
     "required": ["reason", "action", "text", "citations"],
     "additionalProperties": False,
 }
+REVALIDATION_CALL = StructuredCall(
+    schema_name="memory_revalidation",
+    schema=REVALIDATION_SCHEMA,
+    kind=UsageKind.MEMORY_CONSOLIDATION,
+)
 SYSTEM_PROMPT = """\
 You keep the long-term memory of one software project. A memory cites lines of the \
 project's code, and those lines changed (or their file is gone) since it was written. The \
@@ -342,12 +347,10 @@ def _ask(stale: StaleMemory, *, model: str, calls: SweepModelCalls | None) -> di
     return model_json_call(
         user=get_user_model()(pk=memory.created_by_id),
         task=memory.source_task,
-        kind=UsageKind.MEMORY_CONSOLIDATION,
+        spec=REVALIDATION_CALL,
         model=model,
         system_prompt=system,
         user_content=user,
-        schema_name=REVALIDATION_SCHEMA_NAME,
-        schema=REVALIDATION_SCHEMA,
         calls=calls,
     )
 

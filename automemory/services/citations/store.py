@@ -20,6 +20,10 @@ from automemory.services.citations.anchors import Anchor
 from automemory.services.citations.checks import Cited
 
 CITED_FIELDS = tuple(field.name for field in fields(Cited))
+ANCHOR_FIELDS = tuple(field.name for field in fields(Anchor))
+# What a check finds of a citation, and what of it is saved (with when it was checked).
+FOUND_FIELDS = ("state", "start_line", "end_line", "commit", "branch")
+CHECK_SAVED_FIELDS = (*FOUND_FIELDS, "checked_commit")
 
 
 def citations_replace(*, memory_id: int, anchors: list[Anchor]) -> None:
@@ -29,12 +33,7 @@ def citations_replace(*, memory_id: int, anchors: list[Anchor]) -> None:
         [
             MemoryCitation(
                 memory_id=memory_id,
-                path=anchor.path,
-                start_line=anchor.start_line,
-                end_line=anchor.end_line,
-                commit=anchor.commit,
-                branch=anchor.branch,
-                content_hash=anchor.content_hash,
+                **_values(anchor, ANCHOR_FIELDS),
                 state=CitationState.FRESH,
                 checked_commit=anchor.commit,
             )
@@ -79,36 +78,21 @@ def checks_save(before: list[Cited], after: list[Cited]) -> None:
         c
         for c in after
         if c.state not in (CitationState.UNCHECKED, CitationState.UNMERGED)
-        and (c.state, c.start_line, c.end_line, c.commit, c.branch)
-        != (
-            was[c.id].state,
-            was[c.id].start_line,
-            was[c.id].end_line,
-            was[c.id].commit,
-            was[c.id].branch,
-        )
+        and _values(c, FOUND_FIELDS) != _values(was[c.id], FOUND_FIELDS)
     ]
     if not changed:
         return
     now = timezone.now()
     rows = [
-        MemoryCitation(
-            pk=c.id,
-            start_line=c.start_line,
-            end_line=c.end_line,
-            commit=c.commit,
-            branch=c.branch,
-            state=c.state,
-            checked_commit=c.checked_commit,
-            checked_at=now,
-        )
-        for c in changed
+        MemoryCitation(pk=c.id, **_values(c, CHECK_SAVED_FIELDS), checked_at=now) for c in changed
     ]
     # One UPDATE (bulk_update's one batch, in its own transaction).
-    MemoryCitation.objects.bulk_update(
-        rows,
-        ["start_line", "end_line", "commit", "branch", "state", "checked_commit", "checked_at"],
-    )
+    MemoryCitation.objects.bulk_update(rows, [*CHECK_SAVED_FIELDS, "checked_at"])
+
+
+def _values(citation: Anchor, names: tuple[str, ...]) -> dict:
+    """The citation's values of those fields, by name."""
+    return {name: getattr(citation, name) for name in names}
 
 
 def branch_merged_save(memory_ids: list[int]) -> None:

@@ -17,11 +17,12 @@ from automemory import conf
 from automemory.ranking import memories_matching
 from automemory.services.extraction.candidates import Candidate
 from automemory.services.extraction.privacy import private_content_check
-from automemory.services.extraction.writing import ACTIONS, Action, Decision
+from automemory.services.extraction.writing import ACTIONS, Action, Decision, NewMemory
 from automemory.services.llm import (
     MemoryBudgetExhausted,
     ModelOutputInvalid,
     ModelUnavailable,
+    StructuredCall,
     SweepModelCalls,
     model_json_call,
 )
@@ -32,13 +33,11 @@ from controlplane.models import (
     MemoryScope,
     MemorySource,
     MemoryStatus,
-    Task,
     UsageKind,
 )
 
 logger = logging.getLogger(__name__)
 
-DECISION_SCHEMA_NAME = "memory_consolidation"
 # The decision, as a strict JSON schema (every property required, no others): a nullable
 # `memory_id` for update / noop, `memory_ids` for supersede, `text` for update.
 DECISION_SCHEMA: dict[str, Any] = {
@@ -86,10 +85,8 @@ class DecisionInvalid(ValueError):
 # --- The decision ---------------------------------------------------------------------------
 
 
-def consolidation_candidates(
-    *, task: Task, content: str, keywords: Sequence[str] = (), held: bool = False
-) -> list[IdentityMemory]:
-    """The project's active auto memories most similar to the new memory, best first.
+def consolidation_candidates(new: NewMemory) -> list[IdentityMemory]:
+    """The project's active auto memories most similar to the `new` memory, best first.
 
     Full-text search over the project's memories for the new memory's keywords and text,
     at most `CONSOLIDATION_CANDIDATES`; a memory of this very task (a retried write) is
@@ -99,14 +96,15 @@ def consolidation_candidates(
     limit = conf.get("CONSOLIDATION_CANDIDATES")
     if limit <= 0:
         return []
+    task = new.task
     # Keywords first: the search reads a bounded number of words.
-    text = " ".join([*keywords, content])
+    text = " ".join([*new.keywords, new.content])
     # Room for the manual memories the search also finds, which are not candidates.
     found = memories_matching(
         text=text,
         scope=MemoryScope.PROJECT,
         project_id=task.project_id,
-        held_for=task.user_id if held else None,
+        held_for=task.user_id if new.held else None,
         limit=limit * 3,
     )
     candidates = []
@@ -167,15 +165,9 @@ def decision_parse(payload: Any, *, candidate_ids: Sequence[int]) -> Decision:
 
 
 def memory_consolidation_decide(
-    *,
-    task: Task,
-    content: str,
-    model: str,
-    keywords: Sequence[str] = (),
-    calls: SweepModelCalls | None = None,
-    held: bool = False,
+    new: NewMemory, *, model: str, calls: SweepModelCalls | None = None
 ) -> Decision:
-    """Ask `model` how the task's new memory `content` joins the project's similar memories.
+    """Ask `model` how the task's `new` memory joins the project's similar memories.
 
     No call (`add`) when the project has no similar active auto memory. The call goes through
     `llm.model_json_call` (budget check, one ledger row of kind `memory_consolidation` per
@@ -184,7 +176,8 @@ def memory_consolidation_decide(
     what its action needs, raises `ModelOutputInvalid` too. Never call it inside a
     transaction.
     """
-    candidates = consolidation_candidates(task=task, content=content, keywords=keywords, held=held)
+    task, content = new.task, new.content
+    candidates = consolidation_candidates(new)
     if not candidates:
         return Decision(Action.ADD, reason="no similar active memory in the project")
     shown, existing = [], []
@@ -207,12 +200,12 @@ def memory_consolidation_decide(
     payload = model_json_call(
         user=task.user,
         task=task,
-        kind=UsageKind.MEMORY_CONSOLIDATION,
+        spec=StructuredCall(
+            schema_name="memory_consolidation", schema=schema, kind=UsageKind.MEMORY_CONSOLIDATION
+        ),
         model=model,
         system_prompt=SYSTEM_PROMPT,
         user_content=json.dumps(data, ensure_ascii=False),
-        schema_name=DECISION_SCHEMA_NAME,
-        schema=schema,
         calls=calls,
     )
     try:
@@ -253,9 +246,9 @@ def merge_losses(new: str, merged: str) -> list[str]:
 
 
 def consolidation_decision(
-    candidate: Candidate, *, content: str, keywords: Sequence[str], calls: SweepModelCalls
+    candidate: Candidate, new: NewMemory, *, calls: SweepModelCalls
 ) -> Decision | None:
-    """How the task's new memory joins the project's memories, by the user's
+    """How the candidate task's `new` memory joins the project's memories, by the user's
     `consolidation_model`.
 
     None (the same-goal rule alone) without a model. An unavailable model or a spent budget
@@ -268,14 +261,7 @@ def consolidation_decision(
     if not model:
         return None
     try:
-        decision = memory_consolidation_decide(
-            task=candidate.task,
-            content=content,
-            keywords=keywords,
-            model=model,
-            calls=calls,
-            held=candidate.held_for_author,
-        )
+        decision = memory_consolidation_decide(new, model=model, calls=calls)
     except (ModelUnavailable, MemoryBudgetExhausted) as exc:
         if not prefs.fallback_to_deterministic:
             raise

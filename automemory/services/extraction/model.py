@@ -22,7 +22,7 @@ from django.contrib.auth import get_user_model
 
 from automemory import conf
 from automemory.services.citations.anchors import CITATIONS_SCHEMA
-from automemory.services.llm import SweepModelCalls, model_json_call
+from automemory.services.llm import StructuredCall, SweepModelCalls, model_json_call
 from automemory.services.provenance import Fingerprint
 from automemory.services.text import (
     excerpt_clean,
@@ -31,7 +31,6 @@ from automemory.services.text import (
 )
 from controlplane.models import Task, TaskEvent, UsageKind
 
-EXTRACTION_SCHEMA_NAME = "task_memory"
 # The kinds of durable knowledge a memory holds ("none" when there is nothing to remember).
 KINDS = ("fact", "gotcha", "preference", "none")
 # Strict structured output: every property required, no others. Lengths are enforced after
@@ -52,6 +51,9 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
     "required": ["reason", "worth_remembering", "kind", "memory", "keywords", "citations"],
     "additionalProperties": False,
 }
+EXTRACTION_CALL = StructuredCall(
+    schema_name="task_memory", schema=EXTRACTION_SCHEMA, kind=UsageKind.MEMORY_EXTRACTION
+)
 MAX_KEYWORDS = 8
 REASON_MAX_CHARS = 200
 EVENT_FIELD_MAX_CHARS = 200
@@ -178,12 +180,10 @@ def model_answer(
         # Only the user's id is read: no query for the user row.
         user=get_user_model()(pk=task.user_id),
         task=task,
-        kind=UsageKind.MEMORY_EXTRACTION,
+        spec=EXTRACTION_CALL,
         model=model,
         system_prompt=system,
         user_content=user,
-        schema_name=EXTRACTION_SCHEMA_NAME,
-        schema=EXTRACTION_SCHEMA,
         calls=calls,
         keep_answer=keep_answer,
     )

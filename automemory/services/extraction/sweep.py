@@ -61,7 +61,7 @@ from automemory.services.extraction.privacy import (
     private_texts_read,
 )
 from automemory.services.extraction.retraction import memory_retract
-from automemory.services.extraction.writing import AlreadyExtracted, extraction_write
+from automemory.services.extraction.writing import AlreadyExtracted, NewMemory, extraction_write
 from automemory.services.llm import (
     MemoryBudgetExhausted,
     ModelCallCapReached,
@@ -305,20 +305,16 @@ def _extract(
     try:
         draft = memory_draft(candidate, calls=calls)
         private_content_check(draft.content, private)
-        decision = consolidation_decision(
-            candidate, content=draft.content, keywords=draft.keywords, calls=calls
-        )
+        new = NewMemory(task, draft.content, draft.keywords, held=candidate.held_for_author)
+        decision = consolidation_decision(candidate, new, calls=calls)
         return extraction_write(
-            task,
-            content=draft.content,
-            keywords=draft.keywords,
+            new,
             key=candidate.goal_key,
             decision=decision,
             note=draft.note,
             previous_log=candidate.log,
             now=now,
             force=force,
-            held=candidate.held_for_author,
             discard_draft=candidate.may_have_draft,
             citations=draft.citations,
         )

@@ -62,6 +62,17 @@ WRITTEN_NEW = (Reason.NEW, Reason.SUPERSEDED, Reason.SUPERSEDED_ON_WRITE, Reason
 
 
 @dataclass(frozen=True)
+class NewMemory:
+    """A task's new memory on its way to be written: its text and keywords (cleaned by
+    drafting), and whether it is held for the task's user (`held`, see the module)."""
+
+    task: Task
+    content: str
+    keywords: Sequence[str] = ()
+    held: bool = False
+
+
+@dataclass(frozen=True)
 class Decision:
     """How a new memory joins the project's memories (checked against the candidates the
     consolidation model was shown)."""
@@ -95,42 +106,36 @@ class AlreadyExtracted(Exception):
 
 
 def extraction_write(
-    task: Task,
+    new: NewMemory,
     *,
-    content: str,
-    keywords: Sequence[str],
     key: str,
     decision: Decision | None,
     note: str,
     previous_log: AutoMemoryLog | None,
     now: datetime,
     force: bool,
-    held: bool = False,
     discard_draft: bool = True,
     attempts: int = 3,
     citations: Sequence[dict] | None = (),
 ) -> Verdict:
-    """Write the task's memory as `decision` says, with its log row, in one transaction, and
-    forget its kept draft (`discard_draft`: it may have one); return the verdict (logged).
+    """Write the task's `new` memory as `decision` says, with its log row, in one
+    transaction, and forget its kept draft (`discard_draft`: it may have one); return the
+    verdict (logged).
 
     Raises `AlreadyExtracted` when another writer won the one-memory-per-task race; retries
     a lost one-active-per-goal race. `note` goes in front of the log detail. `citations`:
     the model's (None: from the task's diff), checked against the task's head commit before
     the transaction; a new memory gets those that hold, the detail says which were dropped.
     """
-    cited = task_citations(task, None if citations is None else list(citations), content=content)
+    task = new.task
+    cited = task_citations(
+        task, None if citations is None else list(citations), content=new.content
+    )
     note = "; ".join(part for part in (note, cited.note) if part)
     for attempt in range(attempts):
         try:
             with transaction.atomic():
-                written = memory_decision_apply(
-                    task=task,
-                    content=content,
-                    keywords=keywords,
-                    key=key,
-                    decision=decision,
-                    held=held,
-                )
+                written = memory_decision_apply(new, key=key, decision=decision)
                 if written.memory_id is not None and written.reason in WRITTEN_NEW:
                     task_citations_store(written.memory_id, cited)
                 detail = f"{note}; {written.detail}" if note and written.detail else note
@@ -170,18 +175,10 @@ def _raise_if_written_elsewhere(task: Task) -> None:
 
 
 def memory_decision_apply(
-    *,
-    task: Task,
-    content: str,
-    keywords: Sequence[str],
-    key: str,
-    decision: Decision | None = None,
-    held: bool = False,
+    new: NewMemory, *, key: str, decision: Decision | None = None
 ) -> WriteResult:
-    """Write the task's memory as `decision` says (None: `add`); call inside a transaction.
-
-    `keywords` come cleaned from drafting. `held`: the memory is held for the task's user
-    (see the module's docstring). Under the same-goal rule, when the goal's active memory
+    """Write the task's `new` memory as `decision` says (None: `add`); call inside a
+    transaction. Under the same-goal rule, when the goal's active memory
     (`current`) came from a task that finished later, the new memory is history from the
     start: written superseded by `current` (reason `superseded_on_write`). Otherwise
     `current` is retired first (so the partial unique index holds) and points to the new
@@ -189,6 +186,7 @@ def memory_decision_apply(
     `new`). Raises IntegrityError when another writer won a race on the per-task or per-goal
     constraint (the caller retries or stops).
     """
+    task, held = new.task, new.held
     decision = decision or Decision(Action.ADD)
     named = set(decision.memory_ids)
     if decision.memory_id is not None:
@@ -216,7 +214,7 @@ def memory_decision_apply(
         details.append(f"already known by memory {memory_id}")
     elif action == Action.UPDATE:
         memory_id, reason = decision.memory_id, Reason.MERGED
-        _merge(task, usable[memory_id], text=decision.text, keywords=keywords)
+        _merge(task, usable[memory_id], text=decision.text, keywords=new.keywords)
         details.append(f"merged into memory {memory_id}")
     else:
         later = current is not None and finished_later(current, task)
@@ -226,7 +224,7 @@ def memory_decision_apply(
         memory = IdentityMemory(
             scope=MemoryScope.PROJECT,
             project_id=task.project_id,
-            content=content,
+            content=new.content,
             source=MemorySource.AUTO,
             source_task_id=task.pk,
             created_by_id=task.user_id,
@@ -238,10 +236,10 @@ def memory_decision_apply(
             # Retired before the new memory is saved, so the partial unique index holds.
             IdentityMemory.objects.filter(pk=current.pk).update(status=MemoryStatus.SUPERSEDED)
         memory.save()
-        if keywords:
-            memory_keywords_set(memory.pk, keywords)
+        if new.keywords:
+            memory_keywords_set(memory.pk, new.keywords)
         memory_goal_store(memory, goal_key=key, source_finished_at=task.finished_at)
-        memory_flags_write(memory_id=memory.pk, text=content, created=True)
+        memory_flags_write(memory_id=memory.pk, text=new.content, created=True)
         MemorySourceTask.objects.create(memory=memory, task=task, merged=False)
         memory_id = memory.pk
         if retired:
