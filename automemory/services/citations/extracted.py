@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from automemory.models.citations import MAX_CITATIONS_PER_MEMORY, MAX_CITED_LINES
-from automemory.services.citations import code_views, store
+from automemory.services.citations import code_views
 from automemory.services.citations.anchors import Anchor, CitationRefused, anchors_check
 from controlplane.git import GitError
 from controlplane.models import Repository, Task, TaskDiff
@@ -94,15 +94,6 @@ def task_citations(task: Task, proposed: list[dict] | None, *, content: str) -> 
         else:
             found.anchors.append(item)
     return found
-
-
-def task_citations_store(memory_id: int, found: TaskCitations) -> None:
-    """Store what `task_citations` found for the memory written (inside its transaction):
-    the citations, and the branch scope when the task was not on the default branch."""
-    if found.anchors:
-        store.citations_replace(memory_id=memory_id, anchors=found.anchors)
-    if found.head and found.branch != found.default_branch:
-        store.branch_scope_set(memory_id=memory_id, branch=found.branch, commit=found.head)
 
 
 def _head_readable(repository: Repository, task: Task) -> Path:

@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from django.db import connection
 from django.utils import timezone
@@ -18,6 +19,9 @@ from automemory.models.citations import (
 )
 from automemory.services.citations.anchors import Anchor
 from automemory.services.citations.checks import Cited
+
+if TYPE_CHECKING:
+    from automemory.services.citations.extracted import TaskCitations
 
 CITED_FIELDS = tuple(field.name for field in fields(Cited))
 ANCHOR_FIELDS = tuple(field.name for field in fields(Anchor))
@@ -40,6 +44,15 @@ def citations_replace(*, memory_id: int, anchors: list[Anchor]) -> None:
             for anchor in anchors
         ]
     )
+
+
+def task_citations_store(memory_id: int, found: TaskCitations) -> None:
+    """Store what `task_citations` found for the memory written (inside its transaction):
+    the citations, and the branch scope when the task was not on the default branch."""
+    if found.anchors:
+        citations_replace(memory_id=memory_id, anchors=found.anchors)
+    if found.head and found.branch != found.default_branch:
+        branch_scope_set(memory_id=memory_id, branch=found.branch, commit=found.head)
 
 
 def branch_scope_set(*, memory_id: int, branch: str, commit: str) -> None:

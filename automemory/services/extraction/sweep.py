@@ -32,6 +32,7 @@ from automemory import conf, metrics
 from automemory.models import Outcome, Reason, SweepState
 from automemory.services import retention, vectors
 from automemory.services.citations import revalidation
+from automemory.services.citations.extracted import task_citations
 from automemory.services.extraction.candidates import (
     Candidate,
     CandidateRead,
@@ -293,7 +294,8 @@ def _process(
 def _extract(
     candidate: Candidate, *, lease: Lease, calls: SweepModelCalls, now: datetime, force: bool
 ) -> Verdict | None:
-    """Draft, check and write one task's memory: drafting, privacy, consolidation, writing.
+    """Draft, check and write one task's memory: drafting, privacy, consolidation, the
+    citations' check, writing.
     Its verdict, or None to leave it untouched for a later sweep (its model calls may not
     all fit under the sweep's cap, or the lease is lost). The lease is renewed when due
     before the task's model calls, so it outlasts them (`manage.py check` holds the lease's
@@ -307,16 +309,20 @@ def _extract(
         private_content_check(draft.content, private)
         new = NewMemory(task, draft.content, draft.keywords, held=candidate.held_for_author)
         decision = consolidation_decision(candidate, new, calls=calls)
+        # The model's citations (None: from the task's diff), checked against the task's
+        # head commit before the writer's transaction; its log says which were dropped.
+        proposed = None if draft.citations is None else list(draft.citations)
+        cited = task_citations(task, proposed, content=new.content)
         return extraction_write(
             new,
             key=candidate.goal_key,
             decision=decision,
-            note=draft.note,
+            note="; ".join(filter(None, (draft.note, cited.note))),
             previous_log=candidate.log,
             now=now,
             force=force,
             discard_draft=candidate.may_have_draft,
-            citations=draft.citations,
+            cited=cited,
         )
     except ModelCallCapReached:
         return None

@@ -30,7 +30,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from automemory.models import AutoMemoryLog, ExtractionDraft, MemorySourceTask, Outcome, Reason
-from automemory.services.citations.extracted import task_citations, task_citations_store
+from automemory.services.citations.extracted import TaskCitations
+from automemory.services.citations.store import task_citations_store
 from automemory.services.extraction.log import Verdict, log_row_write
 from automemory.services.memory_goals import goal_key_of, memory_goal_store, source_finished_at_of
 from automemory.services.memory_state import memory_flags_write
@@ -58,7 +59,6 @@ class Action:
 ACTIONS = (Action.ADD, Action.UPDATE, Action.SUPERSEDE, Action.NOOP)
 # The reasons of a write that made a new memory (it gets the task's citations; a merge keeps
 # the citations its memory had).
-WRITTEN_NEW = (Reason.NEW, Reason.SUPERSEDED, Reason.SUPERSEDED_ON_WRITE, Reason.HELD_FOR_AUTHOR)
 
 
 @dataclass(frozen=True)
@@ -116,28 +116,22 @@ def extraction_write(
     force: bool,
     discard_draft: bool = True,
     attempts: int = 3,
-    citations: Sequence[dict] | None = (),
+    cited: TaskCitations | None = None,
 ) -> Verdict:
     """Write the task's `new` memory as `decision` says, with its log row, in one
     transaction, and forget its kept draft (`discard_draft`: it may have one); return the
     verdict (logged).
 
     Raises `AlreadyExtracted` when another writer won the one-memory-per-task race; retries
-    a lost one-active-per-goal race. `note` goes in front of the log detail. `citations`:
-    the model's (None: from the task's diff), checked against the task's head commit before
-    the transaction; a new memory gets those that hold, the detail says which were dropped.
+    a lost one-active-per-goal race. `note` goes in front of the log detail. `cited`: the
+    citations checked against the task's head commit (`task_citations`, before the
+    transaction), which a new memory gets.
     """
     task = new.task
-    cited = task_citations(
-        task, None if citations is None else list(citations), content=new.content
-    )
-    note = "; ".join(part for part in (note, cited.note) if part)
     for attempt in range(attempts):
         try:
             with transaction.atomic():
-                written = memory_decision_apply(new, key=key, decision=decision)
-                if written.memory_id is not None and written.reason in WRITTEN_NEW:
-                    task_citations_store(written.memory_id, cited)
+                written = memory_decision_apply(new, key=key, decision=decision, cited=cited)
                 detail = f"{note}; {written.detail}" if note and written.detail else note
                 detail = detail or written.detail
                 verdict = Verdict(
@@ -175,16 +169,23 @@ def _raise_if_written_elsewhere(task: Task) -> None:
 
 
 def memory_decision_apply(
-    new: NewMemory, *, key: str, decision: Decision | None = None
+    new: NewMemory,
+    *,
+    key: str,
+    decision: Decision | None = None,
+    cited: TaskCitations | None = None,
 ) -> WriteResult:
     """Write the task's `new` memory as `decision` says (None: `add`); call inside a
-    transaction. Under the same-goal rule, when the goal's active memory
-    (`current`) came from a task that finished later, the new memory is history from the
-    start: written superseded by `current` (reason `superseded_on_write`). Otherwise
-    `current` is retired first (so the partial unique index holds) and points to the new
-    memory, with those a `supersede` names (reason `superseded`), or there was none (reason
-    `new`). Raises IntegrityError when another writer won a race on the per-task or per-goal
-    constraint (the caller retries or stops).
+    transaction. A new memory is written with auto memory's rows of it: its search words,
+    goal, instruction flags, provenance link and the citations `cited` holds.
+
+    Under the same-goal rule, when the goal's active memory (`current`) came from a task
+    that finished later, the new memory is history from the start: written superseded by
+    `current` (reason `superseded_on_write`). Otherwise `current` is retired first (so the
+    partial unique index holds) and points to the new memory, with those a `supersede`
+    names (reason `superseded`), or there was none (reason `new`). Raises IntegrityError
+    when another writer won a race on the per-task or per-goal constraint (the caller
+    retries or stops).
     """
     task, held = new.task, new.held
     decision = decision or Decision(Action.ADD)
@@ -241,6 +242,8 @@ def memory_decision_apply(
         memory_goal_store(memory, goal_key=key, source_finished_at=task.finished_at)
         memory_flags_write(memory_id=memory.pk, text=new.content, created=True)
         MemorySourceTask.objects.create(memory=memory, task=task, merged=False)
+        if cited is not None:
+            task_citations_store(memory.pk, cited)
         memory_id = memory.pk
         if retired:
             IdentityMemory.objects.filter(pk__in=retired).update(
