@@ -4,7 +4,7 @@ and the hash of its lines' content (`code.lines_hash`), all that a later check n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from automemory.models.citations import MAX_CITED_LINES, MAX_PATH_CHARS
@@ -153,3 +153,20 @@ def _anchor(
         branch=branch,
         content_hash=code.lines_hash(lines[start - 1 : end]),
     )
+
+
+@dataclass
+class TaskCitations:
+    """What a task's memory will cite, and the note its log detail gets."""
+
+    anchors: list[Anchor] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    branch: str = ""
+    default_branch: str = ""
+    head: str = ""
+
+    @property
+    def note(self) -> str:
+        if not self.dropped:
+            return ""
+        return "citations dropped: " + "; ".join(self.dropped)

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from automemory.models.citations import MAX_CITATIONS_PER_MEMORY, MAX_CITED_LINES
 from automemory.services.citations import code_views
-from automemory.services.citations.anchors import Anchor, CitationRefused, anchors_check
+from automemory.services.citations.anchors import (
+    CitationRefused,
+    TaskCitations,
+    anchors_check,
+)
 from controlplane.git import GitError
 from controlplane.models import Repository, Task, TaskDiff
 from controlplane.repository_urls import TASK_BRANCH_PREFIX
@@ -38,23 +41,6 @@ from controlplane.services.mirrors import (
 logger = logging.getLogger(__name__)
 
 HUNK = re.compile(rb"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", re.MULTILINE)
-
-
-@dataclass
-class TaskCitations:
-    """What a task's memory will cite, and the note its log detail gets."""
-
-    anchors: list[Anchor] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-    branch: str = ""
-    default_branch: str = ""
-    head: str = ""
-
-    @property
-    def note(self) -> str:
-        if not self.dropped:
-            return ""
-        return "citations dropped: " + "; ".join(self.dropped)
 
 
 def task_citations(task: Task, proposed: list[dict] | None, *, content: str) -> TaskCitations:

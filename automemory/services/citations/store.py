@@ -7,7 +7,6 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import fields
-from typing import TYPE_CHECKING
 
 from django.db import connection
 from django.utils import timezone
@@ -17,11 +16,8 @@ from automemory.models.citations import (
     MemoryBranchScope,
     MemoryCitation,
 )
-from automemory.services.citations.anchors import Anchor
+from automemory.services.citations.anchors import Anchor, TaskCitations
 from automemory.services.citations.checks import Cited
-
-if TYPE_CHECKING:
-    from automemory.services.citations.extracted import TaskCitations
 
 CITED_FIELDS = tuple(field.name for field in fields(Cited))
 ANCHOR_FIELDS = tuple(field.name for field in fields(Anchor))

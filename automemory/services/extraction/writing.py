@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from automemory.models import AutoMemoryLog, ExtractionDraft, MemorySourceTask, Outcome, Reason
-from automemory.services.citations.extracted import TaskCitations
+from automemory.services.citations.anchors import TaskCitations
 from automemory.services.citations.store import task_citations_store
 from automemory.services.extraction.log import Verdict, log_row_write
 from automemory.services.memory_goals import goal_key_of, memory_goal_store, source_finished_at_of
