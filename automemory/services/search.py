@@ -6,9 +6,9 @@ SQLite: an FTS5 table `automemory_memory_fts` holding each memory's content and 
 configuration) of `automemory_memory_search` with a GIN index, ranked with `ts_rank_cd`.
 
 Both are auto memory's, created by its migration 0031 and kept by triggers on the host's
-memory table and its own. A task's text becomes a query of its distinct
-content words (stop words dropped, at most `MAX_QUERY_TERMS`) OR-ed together: any word may
-match, and memories matching more and rarer words rank first. The words are extracted here
+memory table and its own. A task's text becomes a query of its distinct content words
+(stop words dropped, at most `MAX_QUERY_TERMS`) OR-ed together: any word may match, and
+memories matching more and rarer words rank first. The words are extracted here
 and passed as bound parameters or as quoted FTS5 strings, so no operator, quote or bracket
 in the task's text ever reaches the search syntax.
 """
