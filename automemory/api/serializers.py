@@ -10,6 +10,17 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from automemory.models import (
+    AutoMemoryLog,
+    FeedbackKind,
+    FeedbackVia,
+    InjectionRanking,
+    MemoryFeedback,
+    Outcome,
+    Reason,
+    ReportReason,
+    mcp_server_names_problems,
+)
+from automemory.models.settings import (
     MAX_DURATION_SECONDS,
     MAX_IDLE_SECONDS,
     MAX_INJECTION_MAX_CHARS,
@@ -20,15 +31,6 @@ from automemory.models import (
     MCP_SERVER_NAME_MAX_CHARS,
     MIN_INJECTION_MAX_CHARS,
     MIN_INJECTION_MAX_CHARS_MESSAGE,
-    AutoMemoryLog,
-    FeedbackKind,
-    FeedbackVia,
-    InjectionRanking,
-    MemoryFeedback,
-    Outcome,
-    Reason,
-    ReportReason,
-    mcp_server_names_problems,
 )
 from controlplane.api.common import RejectUnknownFieldsMixin
 from controlplane.api.row_output import ObjectValue, OutputField, RowOutput, column

@@ -13,7 +13,7 @@ from typing import Any
 from django.http import QueryDict
 
 from automemory.api.serializers import AutoMemorySettingsSerializer, RunInputSerializer
-from automemory.models import (
+from automemory.models.settings import (
     MAX_DURATION_SECONDS,
     MAX_IDLE_SECONDS,
     MAX_INTERNAL_MCP_SERVERS,

@@ -32,16 +32,6 @@ from automemory.models.log import (  # noqa: F401
 )
 from automemory.models.search import MemorySearch  # noqa: F401
 from automemory.models.settings import (  # noqa: F401
-    MAX_DURATION_SECONDS,
-    MAX_IDLE_SECONDS,
-    MAX_INJECTION_MAX_CHARS,
-    MAX_INTERNAL_MCP_SERVERS,
-    MAX_MEMORY_BUDGET_USD,
-    MAX_RESULT_CHARS,
-    MAX_UNUSED_DAYS,
-    MCP_SERVER_NAME_MAX_CHARS,
-    MIN_INJECTION_MAX_CHARS,
-    MIN_INJECTION_MAX_CHARS_MESSAGE,
     AutoMemorySettings,
     InjectionRanking,
     mcp_server_names_problems,

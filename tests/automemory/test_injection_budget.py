@@ -9,7 +9,8 @@ from django.db import connection
 from django.utils import timezone
 from freezegun import freeze_time
 
-from automemory.models import MIN_INJECTION_MAX_CHARS, task_injected_ids
+from automemory.models import task_injected_ids
+from automemory.models.settings import MIN_INJECTION_MAX_CHARS
 from automemory.services.injector import inject_memories
 from automemory.services.memory_block import fit_memory_block, render_memory_block
 from automemory.services.provenance import FOOTER, HEADER, fence_begin, fence_end

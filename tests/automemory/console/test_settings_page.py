@@ -6,15 +6,12 @@ import pytest
 from playwright.sync_api import expect
 
 from automemory.console.settings_fields import error_messages, settings_fields
-from automemory.models import (
+from automemory.models import AutoMemoryLog, AutoMemorySettings, Outcome, Reason
+from automemory.models.settings import (
     MAX_IDLE_SECONDS,
     MAX_INJECTION_MAX_CHARS,
     MAX_UNUSED_DAYS,
     MIN_INJECTION_MAX_CHARS,
-    AutoMemoryLog,
-    AutoMemorySettings,
-    Outcome,
-    Reason,
 )
 from automemory.services.preferences import SETTINGS_FIELDS
 
