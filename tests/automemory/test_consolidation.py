@@ -550,6 +550,23 @@ def test_a_decision_about_a_memory_no_longer_active_falls_back_to_add(first_memo
     assert first_memory.content != "merged"
 
 
+def test_a_merge_keeps_both_keyword_lists_and_the_search_finds_the_merged_text(
+    first_memory, similar_task
+):
+    memory_keywords_set(first_memory.pk, ["deploy", "ops"])
+    merged = "The deploy script ops/deploy.sh needs STAGING=1 on the harbour host."
+    with transaction.atomic():
+        result = memory_decision_apply(
+            NewMemory(similar_task, "The staging flag is required.", ["Deploy", "staging"]),
+            key=goal_key(similar_task),
+            decision=Decision(Action.UPDATE, memory_id=first_memory.pk, text=merged),
+        )
+    assert (result.memory_id, result.reason) == (first_memory.pk, "merged")
+    assert memory_keywords(first_memory.pk) == ["deploy", "ops", "staging"]
+    found = consolidation_candidates(NewMemory(similar_task, "harbour"))
+    assert [memory.pk for memory in found] == [first_memory.pk]
+
+
 def test_a_decision_about_another_projects_memory_is_not_applied(
     first_memory, task_factory, project_factory, alice
 ):
