@@ -6,13 +6,13 @@ the host's keywords arrive whole when the migrations move them, and go back."""
 import pytest
 from django.core.management.sql import emit_post_migrate_signal, emit_pre_migrate_signal
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
 from automemory import ranking
 from automemory.models import MemoryGoal, MemorySearch
 from automemory.services.search import memory_keywords, memory_keywords_set
 from controlplane.models import IdentityMemory
+from tests.automemory.helpers import historical_apps, migrate_to_latest, migration_executor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,20 +112,13 @@ def test_a_migration_may_rebuild_any_table_the_triggers_name(
 BEFORE = [("automemory", "0028_feedback_list_index"), ("controlplane", "0023_memory_goal_out")]
 
 
-def _executor() -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    return executor
-
-
 @pytest.fixture
 def before():
     """The database before the keywords left the host, its historical models, and the latest
     migrations again afterwards."""
-    _executor().migrate(BEFORE)
-    yield _executor().loader.project_state(BEFORE).apps
-    executor = _executor()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    migration_executor().migrate(BEFORE)
+    yield historical_apps(BEFORE)
+    migrate_to_latest()
 
 
 def test_the_keywords_arrive_whole_are_searched_and_go_back(before):
@@ -144,8 +137,7 @@ def test_the_keywords_arrive_whole_are_searched_and_go_back(before):
     plain = memory("Deploy with the rocket script.", [])
     unicode = memory("Käse.", ["überall", "日本語"])
 
-    executor = _executor()
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    migrate_to_latest()
 
     assert {s.memory_id: s.keywords for s in MemorySearch.objects.all()} == {
         tagged: ["kubernetes", "helm"],
@@ -159,10 +151,8 @@ def test_the_keywords_arrive_whole_are_searched_and_go_back(before):
     later = IdentityMemory.objects.create(scope="project", project_id=project.pk, content="helm")
     assert found(project, "helm") == sorted([tagged, later.pk])
 
-    _executor().migrate(BEFORE)
-    Historical = (
-        _executor().loader.project_state(BEFORE).apps.get_model("controlplane", "IdentityMemory")
-    )
+    migration_executor().migrate(BEFORE)
+    Historical = historical_apps(BEFORE).get_model("controlplane", "IdentityMemory")
     assert {m.pk: m.keywords for m in Historical.objects.all()} == {
         tagged: ["kubernetes", "helm"],
         plain: [],

@@ -5,12 +5,12 @@ through the current models; and migrated back, read through the historical model
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, connection, transaction
-from django.db.migrations.executor import MigrationExecutor
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from automemory.models import MemoryGoal, MemorySourceTask, MemoryState, TaskMemoryState
 from controlplane.models import IdentityMemory, Task
+from tests.automemory.helpers import historical_apps, migrate_to_latest, migration_executor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,25 +21,14 @@ BEFORE = [
 ]
 
 
-def _executor() -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    return executor
-
-
-def _latest() -> None:
-    executor = _executor()
-    executor.migrate(executor.loader.graph.leaf_nodes())
-
-
 @pytest.fixture
 def before():
     """The database at BEFORE, and the historical models' registry there; the latest
     migrations again afterwards, as the other tests expect."""
-    executor = _executor()
+    executor = migration_executor()
     executor.migrate(BEFORE)
-    yield _executor().loader.project_state(BEFORE).apps
-    _latest()
+    yield historical_apps(BEFORE)
+    migrate_to_latest()
 
 
 def _fill(apps) -> dict:
@@ -74,7 +63,7 @@ def test_the_task_state_arrives_whole_and_goes_back(before):
     rows = _fill(before)
     claimed = rows["claimed_at"]
 
-    _latest()
+    migrate_to_latest()
 
     states = {state.task_id: state for state in TaskMemoryState.objects.all()}
     running, injected, both, odd = (rows[k].pk for k in ("running", "injected", "both", "odd"))
@@ -88,9 +77,9 @@ def test_the_task_state_arrives_whole_and_goes_back(before):
     assert states[odd].injected_ids == [5]
     assert not hasattr(Task(), "memory_key_hash") and not hasattr(Task(), "injected_memory_ids")
 
-    executor = _executor()
+    executor = migration_executor()
     executor.migrate(BEFORE)
-    HistoricalTask = _executor().loader.project_state(BEFORE).apps.get_model("controlplane", "Task")
+    HistoricalTask = historical_apps(BEFORE).get_model("controlplane", "Task")
     back = {
         task.pk: (task.memory_key_hash, task.injected_memory_ids)
         for task in HistoricalTask.objects.all()
@@ -124,7 +113,7 @@ def test_a_running_turns_key_keeps_working_across_the_migration(before):
         memory_key_hash=minted.key_hash,
     )
 
-    _latest()
+    migrate_to_latest()
 
     assert task_key_authenticate(key=minted.key).pk == task.pk
 
@@ -166,7 +155,7 @@ def test_the_memory_usage_and_report_hold_arrive_whole_and_go_back(before):
 
     full, held, unused = memory(**used), memory(report_hold_at=now), memory()
 
-    _latest()
+    migrate_to_latest()
 
     states = {
         state.memory_id: {name: getattr(state, name) for name in USAGE}
@@ -176,11 +165,9 @@ def test_the_memory_usage_and_report_hold_arrive_whole_and_go_back(before):
     for name in USAGE:
         assert not hasattr(IdentityMemory(), name)
 
-    executor = _executor()
+    executor = migration_executor()
     executor.migrate(BEFORE)
-    Historical = (
-        _executor().loader.project_state(BEFORE).apps.get_model("controlplane", "IdentityMemory")
-    )
+    Historical = historical_apps(BEFORE).get_model("controlplane", "IdentityMemory")
     back = {m.pk: {name: getattr(m, name) for name in USAGE} for m in Historical.objects.all()}
     assert back[full.pk] == used
     assert back[held.pk] == only_held
@@ -209,7 +196,7 @@ def test_the_provenance_links_arrive_whole_and_go_back(before):
     made = HistoricalLink.objects.create(memory=memory, task=first, created_at=at)
     joined = HistoricalLink.objects.create(memory=memory, task=merged, merged=True)
 
-    _latest()
+    migrate_to_latest()
 
     links = {
         link.pk: (link.memory_id, link.task_id, link.merged, link.created_at)
@@ -221,9 +208,9 @@ def test_the_provenance_links_arrive_whole_and_go_back(before):
     }
     assert MemorySourceTask._meta.db_table == "automemory_memory_source_tasks"
 
-    executor = _executor()
+    executor = migration_executor()
     executor.migrate(BEFORE)
-    Historical = _executor().loader.project_state(BEFORE).apps
+    Historical = historical_apps(BEFORE)
     back = Historical.get_model("controlplane", "MemorySourceTask").objects.order_by("pk")
     assert [(link.pk, link.task_id, link.merged) for link in back] == [
         (made.pk, first.pk, False),
@@ -243,10 +230,10 @@ REVIEW = ("instruction_flags", "flagged", "approved_at", "approved_by_id")
 def before_review():
     """The database at BEFORE_REVIEW and its historical models; the latest migrations again
     afterwards."""
-    executor = _executor()
+    executor = migration_executor()
     executor.migrate(BEFORE_REVIEW)
-    yield _executor().loader.project_state(BEFORE_REVIEW).apps
-    _latest()
+    yield historical_apps(BEFORE_REVIEW)
+    migrate_to_latest()
 
 
 def test_the_instruction_flags_and_their_approval_arrive_whole_and_go_back(before_review):
@@ -289,7 +276,7 @@ def test_the_instruction_flags_and_their_approval_arrive_whole_and_go_back(befor
     clean = memory()
     HistoricalState.objects.create(memory=made["approved"], injection_count=4, cite_count=1)
 
-    _latest()
+    migrate_to_latest()
 
     states = {state.memory_id: state for state in MemoryState.objects.all()}
     assert set(states) == {m.pk for m in made.values()}  # a clean memory has no row
@@ -313,9 +300,9 @@ def test_the_instruction_flags_and_their_approval_arrive_whole_and_go_back(befor
             approved_at=timezone.now(), flagged=False
         )
 
-    executor = _executor()
+    executor = migration_executor()
     executor.migrate(BEFORE_REVIEW)
-    apps = _executor().loader.project_state(BEFORE_REVIEW).apps
+    apps = historical_apps(BEFORE_REVIEW)
     back = {
         m.pk: {field: getattr(m, field) for field in REVIEW}
         for m in apps.get_model("controlplane", "IdentityMemory").objects.all()
@@ -347,10 +334,10 @@ GOAL_FIELDS = ("goal_key", "source_finished_at", "project_id", "author_id", "vis
 def before_goals():
     """The database at BEFORE_GOALS and its historical models; the latest migrations again
     afterwards."""
-    executor = _executor()
+    executor = migration_executor()
     executor.migrate(BEFORE_GOALS)
-    yield _executor().loader.project_state(BEFORE_GOALS).apps
-    _latest()
+    yield historical_apps(BEFORE_GOALS)
+    migrate_to_latest()
 
 
 def test_the_goals_arrive_whole_with_their_copies_and_go_back(before_goals):
@@ -384,7 +371,7 @@ def test_the_goals_arrive_whole_with_their_copies_and_go_back(before_goals):
         scope="project", project=project, content="m", created_by=alice
     )
 
-    _latest()
+    migrate_to_latest()
 
     goals = {
         g.memory_id: tuple(getattr(g, name) for name in GOAL_FIELDS)
@@ -402,13 +389,9 @@ def test_the_goals_arrive_whole_with_their_copies_and_go_back(before_goals):
     with pytest.raises(IntegrityError), transaction.atomic():
         IdentityMemory.objects.filter(pk=older.pk).update(status="active")
 
-    executor = _executor()
+    executor = migration_executor()
     executor.migrate(BEFORE_GOALS)
-    Historical = (
-        _executor()
-        .loader.project_state(BEFORE_GOALS)
-        .apps.get_model("controlplane", "IdentityMemory")
-    )
+    Historical = historical_apps(BEFORE_GOALS).get_model("controlplane", "IdentityMemory")
     back = {m.pk: (m.goal_key, m.source_finished_at) for m in Historical.objects.all()}
     assert back == {
         active.pk: ("deploys", finished),
